@@ -1,0 +1,3 @@
+"""dpsynth: differentially private synthetic text with exact privacy accounting."""
+
+__version__ = "0.1.0"

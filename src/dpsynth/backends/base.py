@@ -1,0 +1,69 @@
+"""The interfaces recipes use to reach models: `Embedder` and `Generator`.
+
+Everything that crosses these interfaces is public: synthetic text, conditions built from
+DP releases, and public text. Private text reaches only a local `Embedder` (through
+`PrivateDataset.embed`) and never a `Generator`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+BLANK = "_"
+"""The blank marker in texts passed to `Generator.fill`, as in dpga-textsyn's prompts."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What a generated text should be: every field optional and public."""
+
+    label: str | None = None
+    keywords: tuple[str, ...] = ()
+    length: int | None = None
+    """Target length in words."""
+    text: str | None = None
+    """Free text: a topic description, the kind of document, or extra instructions."""
+
+
+class Embedder(ABC):
+    """Maps texts to unit-normalised float32 vectors of a fixed dimension."""
+
+    is_remote: bool = False
+    """True when texts leave this machine; private text then needs an explicit opt-in."""
+
+    @property
+    @abstractmethod
+    def dim(self) -> int: ...
+
+    @abstractmethod
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Return an (n, dim) float32 array whose rows have unit L2 norm."""
+
+
+class Generator(ABC):
+    """The text operations the recipes need, each batched: one output per input."""
+
+    is_remote: bool = False
+
+    @abstractmethod
+    def generate(self, conditions: Sequence[Condition]) -> list[str]:
+        """A new text for each condition."""
+
+    @abstractmethod
+    def rewrite(self, texts: Sequence[str], conditions: Sequence[Condition],
+                strength: float = 0.5) -> list[str]:
+        """A variation of each text under its condition; `strength` in [0, 1] is how much
+        changes."""
+
+    @abstractmethod
+    def fill(self, masked_texts: Sequence[str], conditions: Sequence[Condition]) -> list[str]:
+        """Each text with its `BLANK` markers filled in."""
+
+    @abstractmethod
+    def crossover(self, parent_groups: Sequence[Sequence[str]],
+                  conditions: Sequence[Condition]) -> list[str]:
+        """A child text for each group of two or more parent texts."""

@@ -1,0 +1,131 @@
+"""The `dpsynth` command line: run, plan, eval, report.
+
+Exit codes: 0 success, 2 bad input or config (a one-line error), 1 failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from dpsynth import __version__
+from dpsynth.config import RunConfig, load_config
+from dpsynth.errors import DpsynthError
+from dpsynth.examples import EXAMPLE_CONFIG
+from dpsynth.logs import LEVELS, setup_logging
+from dpsynth.plan import make_plan, print_plan
+
+log = logging.getLogger("dpsynth.cli")
+app = typer.Typer(
+    help="Differentially private synthetic text, with exact privacy accounting.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+
+ConfigArg = Annotated[
+    Path | None,
+    typer.Argument(help="YAML run config; omit to use the bundled example.", show_default=False),
+]
+SeedOpt = Annotated[int | None, typer.Option(help="Fix all randomness (overrides the config).")]
+OutputOpt = Annotated[
+    Path | None, typer.Option("--output", help="Output folder (overrides output.dir).")
+]
+LevelOpt = Annotated[str, typer.Option(help=f"One of {', '.join(LEVELS)}.")]
+
+
+def _load(config: Path | None, seed: int | None, output: Path | None) -> RunConfig:
+    if config is None:
+        out.print(f"[dim]no config given: using the bundled example {EXAMPLE_CONFIG.name}[/dim]")
+        config = EXAMPLE_CONFIG
+    cfg = load_config(config)
+    updates: dict[str, object] = {}
+    if seed is not None:
+        updates["seed"] = seed
+    if output is not None:
+        updates["output"] = cfg.output.model_copy(update={"dir": output})
+    return cfg.model_copy(update=updates)
+
+
+def _check_level(level: str) -> str:
+    if level.lower() not in LEVELS:
+        raise typer.BadParameter(f"'{level}' is not one of {', '.join(LEVELS)}",
+                                 param_hint="--log-level")
+    return level.lower()
+
+
+@app.command()
+def plan(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None,
+         log_level: LevelOpt = "info") -> None:
+    """Validate the data and config and print the privacy plan; nothing is released."""
+    setup_logging(_check_level(log_level))
+    print_plan(make_plan(_load(config, seed, output)), out)
+
+
+@app.command()
+def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None,
+        log_level: LevelOpt = "info") -> None:
+    """Run a recipe end to end and write the synthetic set, privacy.json and run.log."""
+    level = _check_level(log_level)
+    cfg = _load(config, seed, output)
+    setup_logging(level, cfg.output.dir / "run.log")
+    run_plan = make_plan(cfg)
+    print_plan(run_plan, out)
+    raise DpsynthError(
+        f"recipe '{cfg.recipe.name}' has no implementation yet: recipes land with the recipe "
+        "issues; `dpsynth plan` validates the data and prints the plan meanwhile"
+    )
+
+
+@app.command("eval")
+def evaluate(
+    synthetic: Annotated[Path, typer.Option(help="Synthetic dataset file.")],
+    real_test: Annotated[Path, typer.Option(help="Real test split.")],
+    real_train: Annotated[Path | None, typer.Option(help="Real train split (optional).")] = None,
+    output: OutputOpt = None,
+    log_level: LevelOpt = "info",
+) -> None:
+    """Measure utility, fidelity and privacy risk of a synthetic dataset."""
+    setup_logging(_check_level(log_level))
+    raise DpsynthError("`dpsynth eval` lands with the evaluation issue; it is not available yet")
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder.")],
+           log_level: LevelOpt = "info") -> None:
+    """Write a self-contained HTML report of a finished run."""
+    setup_logging(_check_level(log_level))
+    raise DpsynthError("`dpsynth report` lands with the evaluation issue; it is not available yet")
+
+
+@app.command()
+def version() -> None:
+    """Print the dpsynth version."""
+    out.print(__version__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: turn dpsynth errors into a one-line message and an exit code."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except DpsynthError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False,
+                                   soft_wrap=True)
+        log.debug("error detail", exc_info=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as exc:  # click's usage errors carry their own exit code
+        code = getattr(exc, "exit_code", None)
+        if code is not None and hasattr(exc, "show"):
+            exc.show()
+            sys.exit(code)
+        raise

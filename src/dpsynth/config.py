@@ -1,0 +1,82 @@
+"""The run config: one pydantic model per section, loaded from YAML with located errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dpsynth.backends.config import BackendsConfig
+from dpsynth.data.config import DataConfig
+from dpsynth.data.io import Format
+from dpsynth.errors import ConfigError
+from dpsynth.privacy.config import BudgetConfig
+
+RecipeName = Literal["dpga", "pe", "ctcl", "dpft", "kd_tutor", "eda"]
+
+
+class RecipeConfig(BaseModel):
+    """Which recipe runs; `params` are checked by the recipe's own model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: RecipeName
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class OutputConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dir: Path = Path("runs/latest")
+    format: Format = "csv"
+
+
+class RunConfig(BaseModel):
+    """A whole run. Relative paths are read relative to `base_dir`, the config's folder."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data: DataConfig
+    budget: BudgetConfig
+    recipe: RecipeConfig
+    backends: BackendsConfig = BackendsConfig()
+    output: OutputConfig = OutputConfig()
+    seed: int | None = Field(None, description="fixes all randomness; omit in production")
+    base_dir: Path | None = Field(None, exclude=True)
+
+
+def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = None) -> RunConfig:
+    """Validate a mapping as a RunConfig, turning pydantic errors into one located message."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the config must be a mapping of sections")
+    if "base_dir" in raw:
+        raise ConfigError(f"{source}: base_dir: unknown key")
+    try:
+        return RunConfig.model_validate({**raw, "base_dir": base_dir})
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a YAML run config."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    return parse_config(raw, str(path), path.parent.resolve())
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown key")
+        else:
+            lines.append(f"{where}: {error['msg']}")
+    return "; ".join(lines)

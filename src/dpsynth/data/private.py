@@ -1,0 +1,143 @@
+"""The private dataset: private records behind explicit, purpose-named accessors.
+
+Nothing here prints, logs or pickles a private text. Code that needs the raw texts says why
+by the accessor it calls, so every such place can be found by a search for `Access.`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+
+from dpsynth.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+class Access(StrEnum):
+    """The only reasons private texts may leave this object."""
+
+    LOCAL_EMBEDDING = "local embedding"
+    LOCAL_DP_TRAINING = "local DP training"
+    LEDGERED_OP = "an op that charges the privacy ledger"
+
+
+class SupportsEncode(Protocol):
+    is_remote: bool
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class PrivateDataset:
+    """Private records (text, optional label) grouped into privacy units.
+
+    `records_per_unit` is the most records any one unit holds: the factor by which one unit
+    can move a per-record count, which ops multiply into their sensitivity.
+    """
+
+    __slots__ = ("_label_codes", "_texts", "_units", "label_names", "records_per_unit")
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        *,
+        labels: Sequence[str] | None = None,
+        label_names: Sequence[str] | None = None,
+        units: Sequence[int] | None = None,
+    ) -> None:
+        if not texts:
+            raise InputError("a private dataset needs at least one record")
+        self._texts: tuple[str, ...] = tuple(texts)
+        if labels is not None:
+            if len(labels) != len(texts):
+                raise InputError("labels and texts differ in length")
+            names = list(label_names) if label_names is not None else sorted(set(labels))
+            index = {name: i for i, name in enumerate(names)}
+            unknown = sorted(set(labels) - set(index))
+            if unknown:
+                raise InputError(
+                    f"{len(unknown)} label value(s) are not in the declared label set "
+                    f"{names}; add them to data.labels or fix the data"
+                )
+            self.label_names: tuple[str, ...] | None = tuple(names)
+            self._label_codes: np.ndarray | None = np.array([index[v] for v in labels])
+        else:
+            self.label_names, self._label_codes = None, None
+        unit_ids = np.arange(len(texts)) if units is None else np.asarray(units, dtype=np.int64)
+        if len(unit_ids) != len(texts):
+            raise InputError("units and texts differ in length")
+        self._units = unit_ids
+        self.records_per_unit = int(np.bincount(np.unique(unit_ids, return_inverse=True)[1]).max())
+
+    @property
+    def n_records(self) -> int:
+        return len(self._texts)
+
+    @property
+    def n_units(self) -> int:
+        return len(np.unique(self._units))
+
+    @property
+    def has_labels(self) -> bool:
+        return self._label_codes is not None
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def __repr__(self) -> str:
+        labels = len(self.label_names) if self.label_names is not None else 0
+        return (f"PrivateDataset(records={self.n_records}, units={self.n_units}, "
+                f"labels={labels})")
+
+    __str__ = __repr__
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise TypeError(
+            "PrivateDataset refuses to be pickled or copied: private text must not reach a "
+            "checkpoint, cache or worker process"
+        )
+
+    def texts(self, access: Access) -> list[str]:
+        """The raw private texts, for one of the purposes in `Access`."""
+        if not isinstance(access, Access):
+            raise TypeError("name the purpose with dpsynth.data.Access")
+        log.debug("private texts read for %s (%d records)", access.value, self.n_records)
+        return list(self._texts)
+
+    def label_codes(self, access: Access) -> np.ndarray:
+        """Each record's label index into `label_names` (private: ledgered ops only)."""
+        if self._label_codes is None:
+            raise InputError("this dataset has no labels; set data.label_column")
+        if access is not Access.LEDGERED_OP:
+            raise TypeError("private labels are read only by ops that charge the ledger")
+        return self._label_codes.copy()
+
+    def unit_ids(self) -> np.ndarray:
+        """Each record's privacy unit, for ops that bound per-unit contributions."""
+        return self._units.copy()
+
+    def embed(self, embedder: SupportsEncode, *, allow_remote: bool = False) -> np.ndarray:
+        """Embed the private texts, refusing a remote embedder unless explicitly allowed."""
+        if getattr(embedder, "is_remote", True) and not allow_remote:
+            raise InputError(
+                "refusing to send private text to a remote embedder; use a local embedder or "
+                "set backends.embedder.allow_remote_on_private: true"
+            )
+        if getattr(embedder, "is_remote", True):
+            log.warning("private texts are being sent to a remote embedder (explicit opt-in)")
+        return embedder.encode(self.texts(Access.LOCAL_EMBEDDING))
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> PrivateDataset:
+        """The records at `indices`, still private, keeping the label set and units."""
+        idx = np.asarray(indices, dtype=np.int64)
+        out = object.__new__(PrivateDataset)
+        out._texts = tuple(self._texts[i] for i in idx)
+        out.label_names = self.label_names
+        out._label_codes = self._label_codes[idx] if self._label_codes is not None else None
+        out._units = self._units[idx]
+        out.records_per_unit = self.records_per_unit
+        return out

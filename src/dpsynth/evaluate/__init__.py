@@ -1,0 +1,1 @@
+"""Utility, fidelity and privacy metrics for synthetic datasets."""

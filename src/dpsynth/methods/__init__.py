@@ -1,0 +1,1 @@
+"""One module per recipe, each composed from ops behind a common interface."""

@@ -1,0 +1,1 @@
+"""Privacy core: mechanisms, calibration and the ledger. No text knowledge here."""

@@ -1,0 +1,42 @@
+"""The `budget:` section of a run config: the (ε, δ) the whole run may spend."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+
+class BudgetConfig(BaseModel):
+    """Total privacy budget; δ defaults to 1/(N·ln N) for N privacy units, as the seeds use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epsilon: float = Field(gt=0, description="total ε, > 0")
+    delta: float | None = Field(None, gt=0, lt=1, description="total δ in (0, 1)")
+    split: dict[str, float] | None = Field(
+        None, description="fraction of the budget per stage; each recipe has a default"
+    )
+
+
+def default_delta(n_units: int) -> float:
+    """δ = 1/(N·ln N), below 1/N so that releasing a whole record stays ruled out."""
+    if n_units < 3:
+        raise ValueError(f"need at least 3 privacy units for a default δ, got {n_units}")
+    return 1.0 / (n_units * math.log(n_units))
+
+
+def resolve_delta(budget: BudgetConfig, n_units: int) -> float:
+    """The δ the run uses, warning when a configured δ is too large for N units."""
+    if budget.delta is None:
+        return default_delta(n_units)
+    if budget.delta >= 1.0 / n_units:
+        log.warning(
+            "budget.delta=%g is at least 1/N=%g for N=%d privacy units: such a δ allows a "
+            "mechanism that publishes a whole record; use at most %g",
+            budget.delta, 1.0 / n_units, n_units, default_delta(max(n_units, 3)),
+        )
+    return budget.delta

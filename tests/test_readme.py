@@ -1,0 +1,15 @@
+"""The README's test command is exactly what CI runs."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci_lines = [line for line in (ROOT / ".ci/run").read_text().splitlines()
+                if line.startswith("python3 -m venv")]
+    assert len(ci_lines) == 1
+    readme = (ROOT / "README.md").read_text()
+    blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:]]
+    assert ci_lines[0] in blocks
+    assert ci_lines[0].endswith("&& pytest")
