@@ -35,7 +35,7 @@ class SentenceTransformerEmbedder(Embedder):
 
     @property
     def dim(self) -> int:
-        return int(self._model.get_sentence_embedding_dimension())
+        return int(self._model.get_embedding_dimension())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
