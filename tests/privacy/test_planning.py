@@ -1,0 +1,74 @@
+"""The budget planner: every answer meets the budget, and PLD tightening helps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from rich.console import Console
+
+from dpsynth.privacy import PrivacyLedger, StageSpec, plan_budget, plan_table
+from dpsynth.privacy.calibration import calibrate, epsilon_of
+
+COARSE = 1e-3
+DELTA = 1 / (8000 * math.log(8000))
+
+
+def _dpga(eps_fraction_vote: float = 0.5) -> list[StageSpec]:
+    return [StageSpec("svt", "svt", 0.2, compositions=2),
+            StageSpec("histograms", "laplace", 0.3, compositions=3),
+            StageSpec("votes", "subsampled_gaussian", eps_fraction_vote, compositions=10,
+                      sampling_rate=0.8)]
+
+
+def test_plan_meets_the_budget_and_tightening_lowers_every_scale():
+    tight = plan_budget(1.0, DELTA, _dpga(), discretization=COARSE)
+    loose = plan_budget(1.0, DELTA, _dpga(), tighten=False, discretization=COARSE)
+    assert 0.99 <= tight.epsilon_composed <= 1.0
+    assert loose.epsilon_composed < 1.0
+    for a, b in zip(tight.stages, loose.stages, strict=True):
+        assert a.noise_scale < b.noise_scale
+    # the planned events, charged one by one, fit the ledger
+    ledger = PrivacyLedger(1.0, DELTA, discretization=COARSE)
+    for stage in tight.stages:
+        for _ in range(stage.spec.compositions):
+            ledger.charge(stage.spec.name, stage.mechanism.event)
+    assert ledger.spent() <= 1.0
+    assert tight.epsilon_composed <= tight.epsilon_rdp
+
+
+def test_plan_with_limited_domain_reserves_its_delta():
+    stages = [StageSpec("select", "limited_domain", 1.0, compositions=5, selections=3,
+                        delta=1e-6)]
+    plan = plan_budget(2.0, 1e-5, stages, discretization=COARSE)
+    assert plan.epsilon_composed <= 2.0
+    eps_each = plan.stage("select").mechanism.epsilon
+    assert eps_each > 2.0 / 15  # optimal composition beats the basic split
+    with pytest.raises(ValueError, match="fixed-δ stages"):
+        plan_budget(2.0, 4e-6, stages, discretization=COARSE)
+
+
+def test_plan_rejects_bad_fractions_and_names():
+    with pytest.raises(ValueError, match="sum to"):
+        plan_budget(1.0, 1e-5, [StageSpec("a", "laplace", 0.7), StageSpec("b", "laplace", 0.7)])
+    with pytest.raises(ValueError, match="unique"):
+        plan_budget(1.0, 1e-5, [StageSpec("a", "laplace", 0.3), StageSpec("a", "laplace", 0.3)])
+    with pytest.raises(ValueError, match="fraction"):
+        StageSpec("a", "laplace", 0.0)
+
+
+def test_plan_table_lists_every_stage_and_the_total():
+    plan = plan_budget(2.0, DELTA, _dpga(), discretization=COARSE)
+    console = Console(width=160, record=True)
+    console.print(plan_table(plan))
+    text = console.export_text()
+    for name in ("svt", "histograms", "votes", "total (PLD)", "RDP cross-check"):
+        assert name in text
+    assert f"{plan.stage('votes').noise_scale:.4g}" in text
+
+
+def test_calibrate_returns_the_smallest_safe_scale():
+    from dpsynth.privacy import Laplace
+    scale = calibrate(lambda b: Laplace(b).event, 0.5, 1e-9, discretization=COARSE)
+    assert epsilon_of(Laplace(scale).event, 1e-9, COARSE) <= 0.5
+    assert epsilon_of(Laplace(scale * 0.99).event, 1e-9, COARSE) > 0.5
