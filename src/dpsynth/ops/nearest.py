@@ -43,3 +43,18 @@ def _check_pair(queries: np.ndarray, candidates: np.ndarray) -> None:
                          f"{candidates.shape[1]}")
     if len(candidates) == 0:
         raise ValueError("no candidates to vote for")
+
+
+def grouped_nearest(queries: np.ndarray, query_groups: np.ndarray | None,
+                    candidates: np.ndarray, candidate_groups: np.ndarray | None) -> np.ndarray:
+    """Nearest candidate within the query's own group (its label), or -1 where the group has
+    no candidate. Without groups, the nearest over all candidates."""
+    if query_groups is None or candidate_groups is None:
+        return nearest_indices(queries, candidates)
+    out = np.full(len(queries), -1, dtype=np.int64)
+    for group in np.unique(query_groups):
+        rows = np.flatnonzero(query_groups == group)
+        pool = np.flatnonzero(candidate_groups == group)
+        if len(pool):
+            out[rows] = pool[nearest_indices(queries[rows], candidates[pool])]
+    return out

@@ -107,6 +107,10 @@ class NoiseSource:
         _check_scale(scale)
         return self._generator().gumbel(0.0, scale, size)
 
+    def random_key(self, nbytes: int = 16) -> bytes:
+        """Secret key material, e.g. for keyed hashes that assign private units to buckets."""
+        return self._generator().bytes(nbytes)
+
     def poisson_sample(self, n: int, rate: float) -> np.ndarray:
         """Boolean mask: each of `n` units is kept independently with probability `rate`."""
         if not 0 < rate <= 1:

@@ -21,7 +21,7 @@ from dpsynth.privacy.calibration import calibrate, epsilon_of
 from dpsynth.privacy.events import additive_delta, rdp_epsilon
 
 MechanismKind = Literal["laplace", "gaussian", "subsampled_gaussian", "svt", "exponential",
-                        "limited_domain"]
+                        "limited_domain", "noisy_mean"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,9 @@ class StageSpec:
             return m.AboveThreshold(2 * d / noise_scale, 0.0, d)
         if kind == "exponential":
             return m.ExponentialTopK(2 * d / noise_scale, self.selections, d)
+        if kind == "noisy_mean":  # values in [-d, d]; the scale is the count's Laplace b
+            probe = m.NoisyMean(1.0, -d, d)
+            return m.NoisyMean(probe.noise_scale / noise_scale, -d, d)
         if kind == "limited_domain":
             return m.LimitedDomainTopK(2 / noise_scale, self.delta, self.selections,
                                        self.selections)

@@ -1,0 +1,18 @@
+"""Recipes by name: adding a recipe is a module and one entry here."""
+
+from __future__ import annotations
+
+from dpsynth.config import RecipeConfig
+from dpsynth.errors import ConfigError
+from dpsynth.methods.base import Recipe
+from dpsynth.methods.dpga import Dpga
+
+RECIPES: dict[str, type[Recipe]] = {"dpga": Dpga}
+
+
+def build_recipe(cfg: RecipeConfig) -> Recipe:
+    """The recipe named in the config, its params validated."""
+    if cfg.name not in RECIPES:
+        raise ConfigError(f"recipe.name: '{cfg.name}' is not implemented yet; available: "
+                          f"{', '.join(RECIPES)}")
+    return RECIPES[cfg.name].from_config(cfg.params)
