@@ -6,8 +6,9 @@ from dpsynth.config import RecipeConfig
 from dpsynth.errors import ConfigError
 from dpsynth.methods.base import Recipe
 from dpsynth.methods.dpga import Dpga
+from dpsynth.methods.pe import PrivateEvolution
 
-RECIPES: dict[str, type[Recipe]] = {"dpga": Dpga}
+RECIPES: dict[str, type[Recipe]] = {"dpga": Dpga, "pe": PrivateEvolution}
 
 
 def build_recipe(cfg: RecipeConfig) -> Recipe:

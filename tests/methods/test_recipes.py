@@ -1,0 +1,119 @@
+"""Recipes end to end on a small labelled set with local fake backends: outputs, budget,
+no private text sent anywhere, and kill-and-resume."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from dpsynth.config import parse_config
+from dpsynth.runner import run
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
+
+PARAMS = {
+    "dpga": {"iterations": 3, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
+             "n_crossover": 8, "n_generate": 8, "length_bins": 10, "max_words": 60,
+             "keyword_probe_samples": 5},
+    "pe": {"iterations": 3, "n_samples": 12, "label_fraction": 0.1},
+}
+OUTPUT_SIZE = {"dpga": 12, "pe": 12}
+VOTE_RELEASES = 3
+RECIPES = pytest.mark.parametrize("recipe", sorted(PARAMS))
+
+
+def make_config(tmp_path, tickets, recipe="dpga", out="out", epsilon=2.0, **params):
+    texts, labels = tickets
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                          index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label"},
+           "budget": {"epsilon": epsilon},
+           "recipe": {"name": recipe, "params": {**PARAMS[recipe], **params}},
+           "output": {"dir": str(tmp_path / out)}, "seed": 7}
+    return parse_config(raw, base_dir=tmp_path)
+
+
+@RECIPES
+def test_recipe_runs_and_spends_its_budget(tmp_path, tickets, recipe):
+    outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    synthetic = pd.read_csv(outputs.synthetic)
+    assert len(synthetic) == OUTPUT_SIZE[recipe]
+    assert set(synthetic["label"]) <= {"billing", "shipping", "technical", "account"}
+    privacy = json.loads(outputs.privacy.read_text())
+    assert privacy["spent"]["epsilon"] <= 2.0
+    assert privacy["recomputed_epsilon"] == pytest.approx(privacy["spent"]["epsilon"])
+    assert privacy["spent"]["epsilon"] > 1.9  # the plan fills the budget
+    assert privacy["breakdown"]["voting"]["releases"] == VOTE_RELEASES
+    rows = [json.loads(line) for line in outputs.metrics.read_text().splitlines()]
+    assert [r["iteration"] for r in rows][-3:] == [1, 2, 3]
+
+
+def test_dpga_releases_its_metadata(tmp_path, tickets):
+    outputs = run(make_config(tmp_path, tickets), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    stages = json.loads(outputs.privacy.read_text())["breakdown"]
+    assert stages["length range (SVT)"]["releases"] == 2
+    for stage in ("label histogram", "length histogram", "keyword histogram",
+                  "similarity threshold"):
+        assert stages[stage]["releases"] == 1
+    first = json.loads(outputs.metrics.read_text().splitlines()[0])
+    low, high = first["length_range"]
+    assert 1 <= low <= high <= 60
+    assert -1 <= first["tau"] <= 1
+
+
+@RECIPES
+def test_no_private_text_reaches_the_generator(tmp_path, tickets, recipe):
+    generator = RecordingGenerator()
+    outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
+                  generator=generator)
+    sent = "\n".join(generator.inputs)
+    assert generator.calls > 0
+    for text in tickets[0]:
+        assert text not in sent
+    assert "zqx-canary" not in sent
+    for path in (tmp_path / "out").rglob("*"):
+        if path.is_file():
+            assert "zqx-canary" not in path.read_text(errors="ignore"), path
+    assert CANARY not in outputs.result.texts
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+class CrashingGenerator(RecordingGenerator):
+    def __init__(self, crash_at: int) -> None:
+        super().__init__()
+        self.crash_at = crash_at
+
+    def _record(self, *items):
+        super()._record(*items)
+        if self.calls == self.crash_at:
+            raise _Crash
+
+
+CRASH_AT = {"dpga": 4 + 1 + 4 + 2,  # label probes + init, expansion 1, part of expansion 2
+            "pe": 1 + 2}  # init, variation 1, variation 2
+
+
+@RECIPES
+def test_kill_and_resume_gives_the_uninterrupted_output(tmp_path, tickets, recipe):
+    whole = run(make_config(tmp_path, tickets, recipe, out="whole"), embedder=HashEmbedder(),
+                generator=RecordingGenerator())
+    with pytest.raises(_Crash):
+        run(make_config(tmp_path, tickets, recipe, out="resumed"), embedder=HashEmbedder(),
+            generator=CrashingGenerator(CRASH_AT[recipe]))
+    resumed = run(make_config(tmp_path, tickets, recipe, out="resumed"),
+                  embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert resumed.result.texts == whole.result.texts
+    assert resumed.result.labels == whole.result.labels
+    assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]
+
+
+def test_unknown_param_is_a_located_error(tmp_path, tickets):
+    from dpsynth.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"recipe\.params\.iteratons: unknown key"):
+        run(make_config(tmp_path, tickets, "pe", iteratons=3), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
