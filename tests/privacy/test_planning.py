@@ -72,3 +72,17 @@ def test_calibrate_returns_the_smallest_safe_scale():
     scale = calibrate(lambda b: Laplace(b).event, 0.5, 1e-9, discretization=COARSE)
     assert epsilon_of(Laplace(scale).event, 1e-9, COARSE) <= 0.5
     assert epsilon_of(Laplace(scale * 0.99).event, 1e-9, COARSE) > 0.5
+
+
+def test_votes_need_less_noise_than_the_seed_accounting_allows():
+    """dpga-textsyn §4.2 at ε=1: σ/√T composition, amplification after it, ε_vote = ε/2."""
+    from dp_accounting import dp_event
+
+    from dpsynth.privacy import SubsampledGaussianHistogram, analytic_gaussian_sigma
+
+    eps_pre = math.log1p(math.expm1(0.5) / 0.8)
+    seed_sigma = math.sqrt(10) * analytic_gaussian_sigma(eps_pre, DELTA / 0.8)
+    ours = calibrate(lambda s: dp_event.SelfComposedDpEvent(
+        SubsampledGaussianHistogram(s, 0.8, 1).event, 10), 0.5, DELTA, discretization=COARSE)
+    assert seed_sigma == pytest.approx(18.30, abs=0.01)
+    assert ours < 0.97 * seed_sigma
