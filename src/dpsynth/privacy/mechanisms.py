@@ -79,7 +79,7 @@ class _GridQuery:
     @property
     def steps(self) -> int:
         """Per-coordinate sensitivity in grid steps (one more when values are rounded)."""
-        base = math.ceil(self.linf_sensitivity / self.granularity - 1e-12)
+        base = math.ceil(self.linf_sensitivity / self.granularity)  # exact: γ is 2^k
         return base if self.integer_valued else base + 1
 
     def to_grid(self, values: Any) -> np.ndarray:
