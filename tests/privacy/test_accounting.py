@@ -118,3 +118,10 @@ def test_approximate_event_spends_its_delta_outside_the_pld():
     assert epsilon_of(ApproximateDpEvent(inner, 4e-6), 1e-5) == pytest.approx(
         epsilon_of(inner, 6e-6), abs=1e-9)
     assert epsilon_of(ApproximateDpEvent(inner, 1e-5), 1e-5) == math.inf
+
+
+def test_sampling_rate_a_hair_below_one_accounts_as_rate_one():
+    """dp_accounting's subsampled discrete-Gaussian PLD fails at q = 1 - 2⁻⁵³; rate 1 bounds it."""
+    almost = SubsampledGaussianHistogram(1.0, 1 - 2**-53, 2).event
+    full = SubsampledGaussianHistogram(1.0, 1.0, 2).event
+    assert epsilon_of(almost, 1e-5, 1e-3) == epsilon_of(full, 1e-5, 1e-3)
