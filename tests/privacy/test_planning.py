@@ -86,3 +86,31 @@ def test_votes_need_less_noise_than_the_seed_accounting_allows():
         SubsampledGaussianHistogram(s, 0.8, 1).event, 10), 0.5, DELTA, discretization=COARSE)
     assert seed_sigma == pytest.approx(18.30, abs=0.01)
     assert ours < 0.97 * seed_sigma
+
+
+def test_dp_sgd_stage_plans_a_noise_multiplier_beside_a_histogram():
+    """CTCL: a σ-histogram and DP-Adam share one PLD; the step event is continuous Gaussian."""
+    from dp_accounting import dp_event
+
+    stages = [StageSpec("topics", "gaussian", 0.1),
+              StageSpec("dp-adam", "dp_sgd", 0.9, compositions=200, sampling_rate=0.01)]
+    plan = plan_budget(4.0, 1e-6, stages, discretization=COARSE)
+    step = plan.stage("dp-adam").release_event
+    assert isinstance(step, dp_event.PoissonSampledDpEvent)
+    assert step.event.noise_multiplier == plan.stage("dp-adam").noise_scale
+    assert plan.epsilon_composed <= 4.0
+    with pytest.raises(ValueError, match="drawn by the trainer"):
+        plan.stage("dp-adam").mechanism  # noqa: B018
+
+
+def test_apply_split_overrides_fractions_and_names_bad_keys():
+    from dpsynth.errors import ConfigError
+    from dpsynth.privacy import apply_split
+
+    stages = _dpga()
+    split = apply_split(stages, {"votes": 0.4, "svt": 0.3})
+    assert [s.fraction for s in split] == [0.3, 0.3, 0.4]
+    with pytest.raises(ConfigError, match=r"unknown stage\(s\) \['vote'\]"):
+        apply_split(stages, {"vote": 0.5})
+    with pytest.raises(ConfigError, match="sum to"):
+        apply_split(stages, {"votes": 0.9})
