@@ -39,9 +39,9 @@ def test_laplace_on_a_rounded_grid_pays_for_the_rounding():
 @pytest.mark.parametrize(("sigma", "eps"), [(0.8, 0.5), (2.0, 1.0), (5.0, 0.2), (20.0, 0.05)])
 def test_analytic_gaussian_delta_matches_an_independent_pld(sigma, eps):
     """dpga-textsyn Lemma B.3 against dp_accounting's PLD for the continuous Gaussian."""
-    pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-5)
+    pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
     reference = pld.compose(dp_event.GaussianDpEvent(sigma)).get_delta(eps)
-    assert analytic_gaussian_delta(sigma, eps) == pytest.approx(reference, rel=2e-3)
+    assert analytic_gaussian_delta(sigma, eps) == pytest.approx(reference, rel=1e-6)
     # sensitivity scales like σ
     assert analytic_gaussian_delta(3 * sigma, eps, 3.0) == pytest.approx(
         analytic_gaussian_delta(sigma, eps), rel=1e-9)
@@ -118,3 +118,10 @@ def test_approximate_event_spends_its_delta_outside_the_pld():
     assert epsilon_of(ApproximateDpEvent(inner, 4e-6), 1e-5) == pytest.approx(
         epsilon_of(inner, 6e-6), abs=1e-9)
     assert epsilon_of(ApproximateDpEvent(inner, 1e-5), 1e-5) == math.inf
+
+
+def test_sampling_rate_a_hair_below_one_accounts_as_rate_one():
+    """dp_accounting's subsampled discrete-Gaussian PLD fails at q = 1 - 2⁻⁵³; rate 1 bounds it."""
+    almost = SubsampledGaussianHistogram(1.0, 1 - 2**-53, 2).event
+    full = SubsampledGaussianHistogram(1.0, 1.0, 2).event
+    assert epsilon_of(almost, 1e-5, 1e-3) == epsilon_of(full, 1e-5, 1e-3)

@@ -59,6 +59,11 @@ def test_charges_are_recorded_with_stage_sensitivity_and_scale():
         "votes", "subsampled_gaussian", 1.0, 8.0)
     assert 0 < ledger.spent() == pytest.approx(ledger.breakdown()["votes"]["epsilon_alone"])
     assert ledger.remaining() == pytest.approx(2.0 - ledger.spent())
+    before = ledger.spent()
+    preview = ledger.would_spend(Laplace(4.0).event)
+    assert ledger.spent() == before and len(ledger.charges) == 1  # a preview charges nothing
+    ledger.charge("more", Laplace(4.0).event)
+    assert before < ledger.spent() == pytest.approx(preview)
 
 
 def _busy_ledger() -> PrivacyLedger:

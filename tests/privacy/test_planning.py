@@ -72,3 +72,45 @@ def test_calibrate_returns_the_smallest_safe_scale():
     scale = calibrate(lambda b: Laplace(b).event, 0.5, 1e-9, discretization=COARSE)
     assert epsilon_of(Laplace(scale).event, 1e-9, COARSE) <= 0.5
     assert epsilon_of(Laplace(scale * 0.99).event, 1e-9, COARSE) > 0.5
+
+
+def test_votes_need_less_noise_than_the_seed_accounting_allows():
+    """dpga-textsyn §4.2 at ε=1: σ/√T composition, amplification after it, ε_vote = ε/2."""
+    from dp_accounting import dp_event
+
+    from dpsynth.privacy import SubsampledGaussianHistogram, analytic_gaussian_sigma
+
+    eps_pre = math.log1p(math.expm1(0.5) / 0.8)
+    seed_sigma = math.sqrt(10) * analytic_gaussian_sigma(eps_pre, DELTA / 0.8)
+    ours = calibrate(lambda s: dp_event.SelfComposedDpEvent(
+        SubsampledGaussianHistogram(s, 0.8, 1).event, 10), 0.5, DELTA, discretization=COARSE)
+    assert seed_sigma == pytest.approx(18.30, abs=0.01)
+    assert ours < 0.97 * seed_sigma
+
+
+def test_dp_sgd_stage_plans_a_noise_multiplier_beside_a_histogram():
+    """CTCL: a σ-histogram and DP-Adam share one PLD; the step event is continuous Gaussian."""
+    from dp_accounting import dp_event
+
+    stages = [StageSpec("topics", "gaussian", 0.1),
+              StageSpec("dp-adam", "dp_sgd", 0.9, compositions=200, sampling_rate=0.01)]
+    plan = plan_budget(4.0, 1e-6, stages, discretization=COARSE)
+    step = plan.stage("dp-adam").release_event
+    assert isinstance(step, dp_event.PoissonSampledDpEvent)
+    assert step.event.noise_multiplier == plan.stage("dp-adam").noise_scale
+    assert plan.epsilon_composed <= 4.0
+    with pytest.raises(ValueError, match="drawn by the trainer"):
+        plan.stage("dp-adam").mechanism  # noqa: B018
+
+
+def test_apply_split_overrides_fractions_and_names_bad_keys():
+    from dpsynth.errors import ConfigError
+    from dpsynth.privacy import apply_split
+
+    stages = _dpga()
+    split = apply_split(stages, {"votes": 0.4, "svt": 0.3})
+    assert [s.fraction for s in split] == [0.3, 0.3, 0.4]
+    with pytest.raises(ConfigError, match=r"unknown stage\(s\) \['vote'\]"):
+        apply_split(stages, {"vote": 0.5})
+    with pytest.raises(ConfigError, match="sum to"):
+        apply_split(stages, {"votes": 0.9})

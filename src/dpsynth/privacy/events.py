@@ -132,6 +132,11 @@ class PldAccountant(pld_privacy_accountant.PLDAccountant):
     def pld(self) -> pld_lib.PrivacyLossDistribution:
         return self._pld
 
+    @property
+    def is_private(self) -> bool:
+        """False once a `NonPrivateDpEvent` (or a zero-noise event) has been composed."""
+        return not self._contains_non_dp_event
+
     def _compose_pld(self, pld: pld_lib.PrivacyLossDistribution, count: int) -> None:
         self._pld = self._pld.compose(pld.self_compose(count) if count > 1 else pld)
 
@@ -155,11 +160,13 @@ class PldAccountant(pld_privacy_accountant.PLDAccountant):
         if isinstance(inner, DiscreteGaussianDpEvent):
             if inner.sigma <= 0 or inner.sensitivity < 1:
                 return self.CompositionErrorDetails(event, "need sigma > 0, sensitivity >= 1")
-            if do_compose and not (sampled and event.sampling_probability == 0):
+            rate = event.sampling_probability if sampled else 1.0
+            if rate > 1 - 1e-12:  # dp_accounting fails a hair below 1; rate 1 is an upper bound
+                rate = 1.0
+            if do_compose and rate > 0:
                 self._compose_pld(pld_lib.from_discrete_gaussian_mechanism(
                     inner.sigma, sensitivity=inner.sensitivity, value_discretization_interval=vdi,
-                    sampling_prob=event.sampling_probability if sampled else 1.0,
-                    use_connect_dots=True), count)
+                    sampling_prob=rate, use_connect_dots=True), count)
             return None
         return super()._maybe_compose(event, count, do_compose)
 

@@ -93,8 +93,7 @@ class PrivacyLedger:
         if not accountant.supports(event):
             raise ValueError(f"the ledger cannot account event {event}")
         accountant.compose(event)
-        return _Composition(accountant.pld, accountant.additive_delta,
-                            not accountant._contains_non_dp_event)
+        return _Composition(accountant.pld, accountant.additive_delta, accountant.is_private)
 
     def _compose(self, base: _Composition, event: dp_event.DpEvent) -> _Composition:
         part = self._event_composition(event)

@@ -79,7 +79,7 @@ class _GridQuery:
     @property
     def steps(self) -> int:
         """Per-coordinate sensitivity in grid steps (one more when values are rounded)."""
-        base = math.ceil(self.linf_sensitivity / self.granularity - 1e-12)
+        base = math.ceil(self.linf_sensitivity / self.granularity)  # exact: γ is 2^k
         return base if self.integer_valued else base + 1
 
     def to_grid(self, values: Any) -> np.ndarray:
@@ -89,9 +89,9 @@ class _GridQuery:
         grid = np.rint(scaled)
         if self.integer_valued and not np.array_equal(grid, scaled):
             bad = int(np.flatnonzero(grid != scaled)[0])
-            raise ValueError(f"value at index {bad} ({scaled[bad] * self.granularity!r}) is not "
-                             f"a multiple of granularity {self.granularity}; pass "
-                             "integer_valued=False to round it")
+            # the value itself is private: name its position only
+            raise ValueError(f"value at index {bad} is not a multiple of granularity "
+                             f"{self.granularity}; pass integer_valued=False to round it")
         return grid.astype(np.int64)
 
 
@@ -220,8 +220,9 @@ class SubsampledGaussianHistogram(Mechanism):
     def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
         votes = np.asarray(values, dtype=np.int64).ravel()
         if votes.size and (votes.min() < 0 or votes.max() >= self.n_bins):
-            raise ValueError(f"votes must lie in [0, {self.n_bins}), got range "
-                             f"[{votes.min()}, {votes.max()}]")
+            bad = int(np.flatnonzero((votes < 0) | (votes >= self.n_bins))[0])
+            raise ValueError(f"votes must lie in [0, {self.n_bins}); the vote at index {bad} "
+                             "does not")
         kept = votes[noise.poisson_sample(votes.size, self.sampling_rate)]
         counts = np.bincount(kept, minlength=self.n_bins)
         return (counts + noise.discrete_gaussian(self.sigma, self.n_bins)).astype(float)

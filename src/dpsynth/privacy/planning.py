@@ -10,18 +10,19 @@ re-checked with a fresh accountant. The stages keep the proportions the fraction
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from dp_accounting import dp_event
 from rich.table import Table
 
+from dpsynth.errors import ConfigError
 from dpsynth.privacy import mechanisms as m
 from dpsynth.privacy.calibration import calibrate, epsilon_of
 from dpsynth.privacy.events import additive_delta, rdp_epsilon
 
 MechanismKind = Literal["laplace", "gaussian", "subsampled_gaussian", "svt", "exponential",
-                        "limited_domain", "noisy_mean"]
+                        "limited_domain", "noisy_mean", "dp_sgd"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,9 @@ class StageSpec:
     `sensitivity` is the per-coordinate (L∞) sensitivity for laplace/gaussian, with
     `max_changed` coordinates moving; the score sensitivity for svt/exponential; it must be 1
     for subsampled_gaussian and limited_domain. `selections` is k for exponential and
-    limited_domain, whose fixed `delta` is spent per release outside the PLD.
+    limited_domain, whose fixed `delta` is spent per release outside the PLD. `dp_sgd` is a
+    DP-SGD/DP-Adam step (noise drawn by opacus): its noise scale is the noise multiplier σ/C,
+    its event a Poisson-sampled continuous Gaussian; one step per composition.
     """
 
     name: str
@@ -53,10 +56,11 @@ class StageSpec:
                              f"got {self.compositions}")
         if self.mechanism == "limited_domain" and not 0 < self.delta < 1:
             raise ValueError(f"stage '{self.name}': limited_domain needs delta in (0, 1)")
-        if self.mechanism in ("subsampled_gaussian", "limited_domain") and self.sensitivity != 1:
+        if self.mechanism in ("subsampled_gaussian", "limited_domain", "dp_sgd") \
+                and self.sensitivity != 1:
             raise ValueError(f"stage '{self.name}': {self.mechanism} has sensitivity 1, "
                              f"got {self.sensitivity}")
-        self.mechanism_for(1.0)  # validates the remaining parameters
+        self.event_for(1.0)  # validates the remaining parameters
 
     def mechanism_for(self, noise_scale: float) -> m.Mechanism:
         """The mechanism of one release of this stage at the given noise scale."""
@@ -77,10 +81,23 @@ class StageSpec:
         if kind == "limited_domain":
             return m.LimitedDomainTopK(2 / noise_scale, self.delta, self.selections,
                                        self.selections)
+        if kind == "dp_sgd":
+            raise ValueError(f"stage '{self.name}': dp_sgd noise is drawn by the trainer; "
+                             "charge the stage's event instead")
         raise ValueError(f"stage '{self.name}': unknown mechanism {kind!r}")
 
+    def release_event(self, noise_scale: float) -> dp_event.DpEvent:
+        """The event of one release (one step, for dp_sgd) at the given noise scale."""
+        if self.mechanism == "dp_sgd":
+            if not 0 < self.sampling_rate <= 1:
+                raise ValueError(f"stage '{self.name}': sampling_rate must be in (0, 1]")
+            return dp_event.PoissonSampledDpEvent(self.sampling_rate,
+                                                  dp_event.GaussianDpEvent(noise_scale))
+        return self.mechanism_for(noise_scale).event
+
     def event_for(self, noise_scale: float) -> dp_event.DpEvent:
-        one = self.mechanism_for(noise_scale).event
+        """The event of the whole stage: `compositions` releases."""
+        one = self.release_event(noise_scale)
         return one if self.compositions == 1 else dp_event.SelfComposedDpEvent(
             one, self.compositions)
 
@@ -96,6 +113,11 @@ class StagePlan:
         """One release's mechanism; recipes copy its parameters (σ, b, ε per release)."""
         return self.spec.mechanism_for(self.noise_scale)
 
+    @property
+    def release_event(self) -> dp_event.DpEvent:
+        """One release's event, for stages whose noise another library draws (dp_sgd)."""
+        return self.spec.release_event(self.noise_scale)
+
 
 @dataclass(frozen=True)
 class BudgetPlan:
@@ -110,6 +132,25 @@ class BudgetPlan:
             if stage.spec.name == name:
                 return stage
         raise KeyError(f"no stage named {name!r} in the plan")
+
+
+def apply_split(stages: list[StageSpec], split: dict[str, float] | None) -> list[StageSpec]:
+    """Override the recipe's default fractions with the config's `budget.split`."""
+    if not split:
+        return list(stages)
+    names = {s.name for s in stages}
+    unknown = sorted(set(split) - names)
+    if unknown:
+        raise ConfigError(f"budget.split: unknown stage(s) {unknown}; this recipe's stages are "
+                          f"{sorted(names)}")
+    try:
+        out = [replace(s, fraction=split.get(s.name, s.fraction)) for s in stages]
+    except ValueError as exc:
+        raise ConfigError(f"budget.split: {exc}") from None
+    total = sum(s.fraction for s in out)
+    if total > 1 + 1e-9:
+        raise ConfigError(f"budget.split: fractions sum to {total:g} > 1")
+    return out
 
 
 def plan_budget(epsilon: float, delta: float, stages: list[StageSpec], *,
