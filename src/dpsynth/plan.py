@@ -52,6 +52,6 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     table.add_row("output", f"{cfg.output.dir} ({cfg.output.format})")
     console.print(table)
     if cfg.recipe.name in RECIPES:
-        recipe = build_recipe(cfg.recipe)
+        recipe = build_recipe(cfg.recipe, cfg.budget.split)
         budget = recipe.plan(ds, plan.epsilon, plan.delta)
         console.print(plan_table(budget, title=f"privacy plan: {cfg.recipe.name}"))

@@ -43,7 +43,7 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         generator: Generator | None = None, run_plan: RunPlan | None = None) -> RunOutputs:
     """Synthesise per `config`, resuming from the output folder's latest checkpoint."""
     run_plan = run_plan or make_plan(config)
-    recipe = build_recipe(config.recipe)
+    recipe = build_recipe(config.recipe, config.budget.split)
     out = config.output.dir
     store = CheckpointStore(out / "checkpoints")
     latest = store.latest()

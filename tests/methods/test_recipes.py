@@ -52,9 +52,9 @@ def test_dpga_releases_its_metadata(tmp_path, tickets):
     outputs = run(make_config(tmp_path, tickets), embedder=HashEmbedder(),
                   generator=RecordingGenerator())
     stages = json.loads(outputs.privacy.read_text())["breakdown"]
-    assert stages["length range (SVT)"]["releases"] == 2
-    for stage in ("label histogram", "length histogram", "keyword histogram",
-                  "similarity threshold"):
+    assert stages["length_range_svt"]["releases"] == 2
+    for stage in ("label_histogram", "length_histogram", "keyword_histogram",
+                  "similarity_threshold"):
         assert stages[stage]["releases"] == 1
     first = json.loads(outputs.metrics.read_text().splitlines()[0])
     low, high = first["length_range"]
@@ -117,3 +117,17 @@ def test_unknown_param_is_a_located_error(tmp_path, tickets):
     with pytest.raises(ConfigError, match=r"recipe\.params\.iteratons: unknown key"):
         run(make_config(tmp_path, tickets, "pe", iteratons=3), embedder=HashEmbedder(),
             generator=RecordingGenerator())
+
+
+def test_budget_split_overrides_stage_fractions(tickets):
+    from dpsynth.data import PrivateDataset
+    from dpsynth.errors import ConfigError
+    from dpsynth.methods.pe import PrivateEvolution
+
+    private = PrivateDataset(tickets[0], labels=tickets[1])
+    default = PrivateEvolution.from_config(PARAMS["pe"]).plan(private, 2.0, 1e-4)
+    smaller = PrivateEvolution.from_config(PARAMS["pe"], {"voting": 0.5}).plan(private, 2.0,
+                                                                               1e-4)
+    assert smaller.stage("voting").noise_scale > default.stage("voting").noise_scale
+    with pytest.raises(ConfigError, match="unknown stage"):
+        PrivateEvolution.from_config(PARAMS["pe"], {"votes": 0.5}).plan(private, 2.0, 1e-4)

@@ -37,7 +37,7 @@ def test_length_range_finds_min_and_max(ledger):
     low, high = dp_length_range(data, AboveThreshold(BIG, 0.0), 100, ledger, NoiseSource(0))
     # threshold 0 halts where the count reaches 0, give or take the (tiny) noise
     assert 3 <= low <= 5 and 30 <= high <= 33
-    assert ledger.breakdown()["length range (SVT)"]["releases"] == 2
+    assert ledger.breakdown()["length_range_svt"]["releases"] == 2
 
 
 def test_length_range_is_noisy_at_small_epsilon(ledger):

@@ -20,7 +20,7 @@ from dpsynth.data import PrivateDataset
 from dpsynth.errors import ConfigError
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
-from dpsynth.privacy.planning import BudgetPlan, StageSpec, plan_budget
+from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
 
 
 @dataclass
@@ -62,13 +62,15 @@ class Recipe(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
 
-    def __init__(self, params: BaseModel) -> None:
+    def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
         self.params = params
+        self.split = split
 
     @classmethod
-    def from_config(cls, raw: dict[str, Any]) -> Recipe:
+    def from_config(cls, raw: dict[str, Any], split: dict[str, float] | None = None) -> Recipe:
+        """Validate `recipe.params`; `split` is `budget.split`, overriding stage fractions."""
         try:
-            return cls(cls.Params.model_validate(raw))
+            return cls(cls.Params.model_validate(raw), split)
         except ValidationError as exc:
             details = "; ".join(
                 f"recipe.params.{'.'.join(map(str, e['loc']))}: "
@@ -82,7 +84,8 @@ class Recipe(ABC):
 
     def plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
         """Noise scales for every stage so that all of them compose to (ε, δ)."""
-        return _plan(epsilon, delta, tuple(self.stages(private, delta)))
+        stages = apply_split(self.stages(private, delta), self.split)
+        return _plan(epsilon, delta, tuple(stages))
 
     @abstractmethod
     def run(self, ctx: RunContext) -> SyntheticSet:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
 from dpsynth.data import Access, PrivateDataset
@@ -33,28 +33,6 @@ from dpsynth.ops.self_similarity import dp_self_similarity
 from dpsynth.ops.suppression import select_distinct
 from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
-
-
-class DpgaSplit(BaseModel):
-    """Budget fractions (dpga-textsyn App. D.3: 0.2 SVT, 0.3 for three histograms, the rest
-    voting; dpsynth takes 0.05 of the voting half for the threshold τ the paper leaves
-    unaccounted). Noise scales are then tightened together by PLD composition."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    svt: float = 0.2
-    label_histogram: float = 0.1
-    length_histogram: float = 0.1
-    keyword_histogram: float = 0.1
-    threshold: float = 0.05
-    voting: float = 0.45
-
-    @model_validator(mode="after")
-    def _sums_to_at_most_one(self) -> DpgaSplit:
-        total = sum(self.model_dump().values())
-        if total > 1 + 1e-9:
-            raise ValueError(f"fractions sum to {total:g} > 1")
-        return self
 
 
 class DpgaParams(BaseModel):
@@ -83,7 +61,6 @@ class DpgaParams(BaseModel):
     similarity_suppression: bool = True
     use_length: bool = True
     use_keywords: bool = True
-    split: DpgaSplit = DpgaSplit()
 
 
 class Dpga(Recipe):
@@ -92,21 +69,19 @@ class Dpga(Recipe):
     params: DpgaParams
 
     def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+        """Default split as App. D.3 — 0.2 SVT, 0.1 per histogram, the rest voting — except
+        that 0.05 of the voting half pays for τ, which the paper leaves unaccounted."""
         p, k = self.params, private.records_per_unit
-        s = p.split
-        stages = [StageSpec("length range (SVT)", "svt", s.svt, sensitivity=k, compositions=2)]
+        stages = [StageSpec("length_range_svt", "svt", 0.2, sensitivity=k, compositions=2)]
         if private.has_labels:
-            stages.append(StageSpec("label histogram", "laplace", s.label_histogram,
-                                    max_changed=k))
-        stages.append(StageSpec("length histogram", "laplace", s.length_histogram,
-                                max_changed=k))
+            stages.append(StageSpec("label_histogram", "laplace", 0.1, max_changed=k))
+        stages.append(StageSpec("length_histogram", "laplace", 0.1, max_changed=k))
         if p.use_keywords and p.keywords_per_sample:
-            stages.append(StageSpec("keyword histogram", "laplace", s.keyword_histogram,
-                                    max_changed=k))
+            stages.append(StageSpec("keyword_histogram", "laplace", 0.1, max_changed=k))
         if p.similarity_suppression:
-            stages.append(StageSpec("similarity threshold", "noisy_mean", s.threshold,
+            stages.append(StageSpec("similarity_threshold", "noisy_mean", 0.05,
                                     sensitivity=2.0))
-        stages.append(StageSpec("voting", "subsampled_gaussian", s.voting,
+        stages.append(StageSpec("voting", "subsampled_gaussian", 0.45,
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
 
@@ -154,12 +129,12 @@ class Dpga(Recipe):
                   private_codes: np.ndarray | None) -> tuple[Metadata, float | None]:
         p, private = self.params, ctx.private
         labels = private.label_names
-        low, high = dp_length_range(private, plan.stage("length range (SVT)").mechanism,
+        low, high = dp_length_range(private, plan.stage("length_range_svt").mechanism,
                                     p.max_words, ctx.ledger, ctx.noise)
-        label_probs = (dp_label_distribution(private, plan.stage("label histogram").mechanism,
+        label_probs = (dp_label_distribution(private, plan.stage("label_histogram").mechanism,
                                              ctx.ledger, ctx.noise) if labels else None)
         edges, length_probs = dp_length_histogram(
-            private, low, high, p.length_bins, plan.stage("length histogram").mechanism,
+            private, low, high, p.length_bins, plan.stage("length_histogram").mechanism,
             ctx.ledger, ctx.noise)
         if not p.use_length:
             edges, length_probs = None, None
@@ -172,7 +147,7 @@ class Dpga(Recipe):
         tau = None
         if p.similarity_suppression:
             tau = dp_self_similarity(private, private_emb,
-                                     plan.stage("similarity threshold").mechanism, ctx.ledger,
+                                     plan.stage("similarity_threshold").mechanism, ctx.ledger,
                                      ctx.noise)
         meta = Metadata(labels, label_probs, edges, length_probs, keywords, weights)
         ctx.report({"iteration": 0, "length_range": [low, high], "tau": tau,
@@ -201,7 +176,7 @@ class Dpga(Recipe):
         keys = [key for key, _ in flat]
         keyword_codes = (np.array([labels.index(k) if k in labels else -1 for k in keys])
                          if labels else None)
-        mechanism = plan.stage("keyword histogram").mechanism
+        mechanism = plan.stage("keyword_histogram").mechanism
         votes = dp_keyword_votes(private_emb, private_codes,
                                  ctx.embedder.encode([w for _, w in flat]), keyword_codes,
                                  mechanism, ctx.ledger, ctx.noise)

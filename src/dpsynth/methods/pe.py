@@ -48,7 +48,7 @@ class PrivateEvolution(Recipe):
         p = self.params
         stages = []
         if p.label_fraction and private.has_labels:
-            stages.append(StageSpec("label histogram", "laplace", p.label_fraction,
+            stages.append(StageSpec("label_histogram", "laplace", p.label_fraction,
                                     max_changed=private.records_per_unit))
         voting = 1.0 - (p.label_fraction if private.has_labels else 0.0)
         stages.append(StageSpec("voting", "subsampled_gaussian", voting,
@@ -67,7 +67,7 @@ class PrivateEvolution(Recipe):
             probs = np.full(len(groups), 1.0 / len(groups))
             if p.label_fraction and labels:
                 probs = dp_label_distribution(ctx.private,
-                                              plan.stage("label histogram").mechanism,
+                                              plan.stage("label_histogram").mechanism,
                                               ctx.ledger, ctx.noise)
             conditions = [Condition(label=g) for g, n in
                           zip(groups, allocate(p.n_samples, probs), strict=True)

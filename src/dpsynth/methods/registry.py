@@ -11,9 +11,9 @@ from dpsynth.methods.pe import PrivateEvolution
 RECIPES: dict[str, type[Recipe]] = {"dpga": Dpga, "pe": PrivateEvolution}
 
 
-def build_recipe(cfg: RecipeConfig) -> Recipe:
-    """The recipe named in the config, its params validated."""
+def build_recipe(cfg: RecipeConfig, split: dict[str, float] | None = None) -> Recipe:
+    """The recipe named in the config, its params validated; `split` is `budget.split`."""
     if cfg.name not in RECIPES:
         raise ConfigError(f"recipe.name: '{cfg.name}' is not implemented yet; available: "
                           f"{', '.join(RECIPES)}")
-    return RECIPES[cfg.name].from_config(cfg.params)
+    return RECIPES[cfg.name].from_config(cfg.params, split)

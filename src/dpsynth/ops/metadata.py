@@ -38,7 +38,7 @@ def to_distribution(noisy_counts: np.ndarray) -> np.ndarray:
 
 
 def dp_label_distribution(private: PrivateDataset, mechanism: Laplace, ledger: PrivacyLedger,
-                          noise: NoiseSource, stage: str = "label histogram") -> np.ndarray:
+                          noise: NoiseSource, stage: str = "label_histogram") -> np.ndarray:
     """The label distribution, from a Laplace histogram of label counts."""
     codes = private.label_codes(Access.LEDGERED_OP)
     counts = np.bincount(codes, minlength=len(private.label_names or ()))
@@ -48,7 +48,7 @@ def dp_label_distribution(private: PrivateDataset, mechanism: Laplace, ledger: P
 
 def dp_length_range(private: PrivateDataset, mechanism: AboveThreshold, max_words: int,
                     ledger: PrivacyLedger, noise: NoiseSource,
-                    stage: str = "length range (SVT)") -> tuple[int, int]:
+                    stage: str = "length_range_svt") -> tuple[int, int]:
     """Approximate minimum and maximum length in words by two runs of `mechanism`.
 
     Maximum: L = 0, 1, ... until the noisy count of texts longer than L falls to the noisy
@@ -72,7 +72,7 @@ def dp_length_range(private: PrivateDataset, mechanism: AboveThreshold, max_word
 
 def dp_length_histogram(private: PrivateDataset, low: int, high: int, n_bins: int,
                         mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
-                        stage: str = "length histogram") -> tuple[np.ndarray, np.ndarray]:
+                        stage: str = "length_histogram") -> tuple[np.ndarray, np.ndarray]:
     """Laplace histogram of lengths in [low, high] over `n_bins` bins (lengths clipped in).
 
     Returns the bin edges (n_bins + 1 integers, possibly fewer bins for a narrow range) and
@@ -88,7 +88,7 @@ def dp_length_histogram(private: PrivateDataset, low: int, high: int, n_bins: in
 def dp_keyword_votes(private_embeddings: np.ndarray, private_labels: np.ndarray | None,
                      keyword_embeddings: np.ndarray, keyword_labels: np.ndarray | None,
                      mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
-                     stage: str = "keyword histogram") -> np.ndarray:
+                     stage: str = "keyword_histogram") -> np.ndarray:
     """Noisy votes for keywords: each private record votes for its nearest keyword of its own
     label (dpga-textsyn §3.2.2), so one record moves one count; Laplace on the histogram."""
     targets = grouped_nearest(private_embeddings, private_labels, keyword_embeddings,

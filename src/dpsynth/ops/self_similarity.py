@@ -39,7 +39,7 @@ def bucket_pair_similarities(embeddings: np.ndarray, texts: list[str], n_buckets
 
 def dp_self_similarity(private: PrivateDataset, private_embeddings: np.ndarray,
                        mechanism: NoisyMean, ledger: PrivacyLedger, noise: NoiseSource,
-                       stage: str = "similarity threshold") -> float:
+                       stage: str = "similarity_threshold") -> float:
     """DP mean pairwise cosine similarity of the private set (one record per unit used)."""
     texts = private.texts(Access.LEDGERED_OP)
     _, first = np.unique(private.unit_ids(), return_index=True)
