@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from dpsynth.errors import InputError
 from dpsynth.methods.base import RunContext, SyntheticSet
 from dpsynth.methods.registry import build_recipe
 from dpsynth.plan import RunPlan, make_plan
-from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.ledger import Charge, PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 
 log = logging.getLogger(__name__)
@@ -46,12 +47,14 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     recipe = build_recipe(config.recipe, config.budget.split)
     out = config.output.dir
     store = CheckpointStore(out / "checkpoints")
+    journal = out / "checkpoints" / "charges.jsonl"
     latest = store.latest()
     if latest is None:
         ledger = PrivacyLedger(run_plan.epsilon, run_plan.delta)
         noise = NoiseSource(config.seed)
         seed = config.seed if config.seed is not None else secrets.randbits(63)
         resumed = None
+        journal.unlink(missing_ok=True)
     else:
         step, envelope = latest
         ledger = PrivacyLedger.from_dict(envelope["ledger"])
@@ -60,7 +63,10 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
                              f"δ={ledger.delta:.3g}; use a new output folder for a new budget")
         noise = NoiseSource.from_state_dict(envelope["noise"])
         seed, resumed = int(envelope["public_seed"]), (step, envelope["recipe"])
+        _charge_lost_releases(ledger, journal, noise.seeded)
         log.info("resuming from checkpoint %d (ε spent so far %.4g)", step, ledger.spent())
+    _write_journal(journal, ledger.charges)
+    ledger.on_charge = lambda charge: _append_journal(journal, charge)
 
     metrics_path = out / "metrics.jsonl"
 
@@ -86,6 +92,38 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     log.info("done: %d synthetic records, ε spent %.4g of %g", len(result.texts),
              ledger.spent(), ledger.epsilon)
     return RunOutputs(synthetic, privacy, metrics_path, result, ledger)
+
+
+def _charge_lost_releases(ledger: PrivacyLedger, journal: Path, seeded: bool) -> None:
+    """Releases made after the checkpoint, before a crash, may have left the process.
+
+    A seeded run replays them with the same noise, so they are the same releases and cost
+    nothing more. An unseeded run draws fresh noise, so the lost ones stay on the ledger.
+    """
+    if not journal.exists():
+        return
+    recorded = [Charge.from_json(json.loads(line))
+                for line in journal.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lost = recorded[len(ledger.charges):]
+    if lost and not seeded:
+        log.warning("%d release(s) made after the last checkpoint stay charged", len(lost))
+        for charge in lost:
+            ledger.charge(f"{charge.stage} (before resume)", charge.event,
+                          mechanism=charge.mechanism, sensitivity=charge.sensitivity,
+                          noise_scale=charge.noise_scale)
+
+
+def _write_journal(journal: Path, charges: list[Charge]) -> None:
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.write_text("".join(json.dumps(c.to_json()) + "\n" for c in charges),
+                       encoding="utf-8")
+
+
+def _append_journal(journal: Path, charge: Charge) -> None:
+    with journal.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(charge.to_json()) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _privacy_report(ledger: PrivacyLedger) -> dict[str, Any]:

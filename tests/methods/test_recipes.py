@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from dpsynth.config import parse_config
+from dpsynth.errors import BudgetExceededError
 from dpsynth.runner import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 
@@ -131,3 +132,27 @@ def test_budget_split_overrides_stage_fractions(tickets):
     assert smaller.stage("voting").noise_scale > default.stage("voting").noise_scale
     with pytest.raises(ConfigError, match="unknown stage"):
         PrivateEvolution.from_config(PARAMS["pe"], {"votes": 0.5}).plan(private, 2.0, 1e-4)
+
+
+def test_unseeded_resume_keeps_releases_lost_in_a_crash(tmp_path, tickets):
+    config = make_config(tmp_path, tickets, "pe", out="unseeded").model_copy(
+        update={"seed": None})
+    with pytest.raises(_Crash):
+        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(CRASH_AT["pe"]))
+    # the vote released after checkpoint 1 was lost with the crash: it stays charged, so a
+    # plan that used the whole budget cannot finish — the ledger refuses the last vote
+    with pytest.raises(BudgetExceededError, match="stage 'voting'"):
+        run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    journal = (tmp_path / "unseeded" / "checkpoints" / "charges.jsonl").read_text()
+    assert journal.count("(before resume)") == 1
+
+
+def test_seeded_resume_charges_replayed_releases_once(tmp_path, tickets):
+    config = make_config(tmp_path, tickets, "pe", out="seeded")
+    with pytest.raises(_Crash):
+        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(CRASH_AT["pe"]))
+    journal = tmp_path / "seeded" / "checkpoints" / "charges.jsonl"
+    assert len(journal.read_text().splitlines()) == 3  # label histogram and two votes
+    resumed = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert len(resumed.ledger.charges) == 4
+    assert len(journal.read_text().splitlines()) == 4

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,9 @@ class PrivacyLedger:
     delta: float
     discretization: float = 1e-4
     charges: list[Charge] = field(default_factory=list)
+    on_charge: Callable[[Charge], None] | None = field(default=None, repr=False, compare=False)
+    """Called after a charge is recorded and before its noise is drawn: a write-ahead hook
+    so that a crash can never lose a release that may already have left the process."""
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -114,6 +118,8 @@ class PrivacyLedger:
                 "nothing was released")
         self._total = trial
         self.charges.append(charge)
+        if self.on_charge is not None:
+            self.on_charge(charge)
 
     def charge(self, stage: str, event: dp_event.DpEvent, *, mechanism: str = "",
                sensitivity: float | None = None, noise_scale: float | None = None) -> Charge:
