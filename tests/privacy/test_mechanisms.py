@@ -81,3 +81,15 @@ def test_subsampled_histogram_counts_sampled_votes():
 def test_bad_parameters_are_refused(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+def test_value_mechanisms_keep_the_shape_of_a_matrix():
+    from dpsynth.privacy.ledger import PrivacyLedger
+    from dpsynth.privacy.mechanisms import Gaussian, Laplace
+    from dpsynth.privacy.noise import NoiseSource
+
+    ledger = PrivacyLedger(1e3, 1e-6, discretization=0.1)
+    votes = np.arange(12).reshape(6, 2)
+    for mechanism in (Gaussian(1.0, 1.0, 12), Laplace(1.0, 1.0, 12)):
+        out = ledger.release("matrix", mechanism, votes, NoiseSource(0))
+        assert out.shape == (6, 2)

@@ -139,8 +139,9 @@ class Laplace(Mechanism):
 
     def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
         grid = self._grid.to_grid(values)
-        noisy = grid + noise.discrete_laplace(self.scale / self.granularity, grid.size)
-        return noisy.reshape(grid.shape) * self.granularity
+        noisy = grid + noise.discrete_laplace(self.scale / self.granularity,
+                                              grid.size).reshape(grid.shape)
+        return noisy * self.granularity
 
 
 @dataclass(frozen=True)
@@ -183,8 +184,9 @@ class Gaussian(Mechanism):
 
     def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
         grid = self._grid.to_grid(values)
-        noisy = grid + noise.discrete_gaussian(self.sigma / self.granularity, grid.size)
-        return noisy.reshape(grid.shape) * self.granularity
+        noisy = grid + noise.discrete_gaussian(self.sigma / self.granularity,
+                                               grid.size).reshape(grid.shape)
+        return noisy * self.granularity
 
 
 @dataclass(frozen=True)
