@@ -38,7 +38,9 @@ class SentenceTransformerEmbedder(Embedder):
 
     @property
     def dim(self) -> int:
-        return int(self._model.get_sentence_embedding_dimension())
+        model = self._model
+        get_dim = getattr(model, "get_embedding_dimension", None)  # the newer name
+        return int(get_dim() if get_dim else model.get_sentence_embedding_dimension())
 
     def identity(self) -> dict[str, object]:
         return {"backend": "sentence-transformers", "model": Path(self.model_path).name,
