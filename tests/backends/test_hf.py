@@ -123,3 +123,17 @@ def test_missing_model_folder_is_an_input_error(tmp_path):
 
     with pytest.raises(InputError, match="no Hugging Face model folder"):
         build_generator(hf_config(tmp_path / "absent"))
+
+
+def test_loopback_server_backed_by_a_local_model(causal_dir):
+    """The OpenAI client, over HTTP, gets what the local model generates for that prompt."""
+    from dpsynth.backends.loopback import LoopbackServer, model_responder
+
+    local = build_generator(hf_config(causal_dir, temperature=0.0))
+    with LoopbackServer(responder=model_responder(local)) as server:
+        remote = build_generator(GeneratorConfig(name="openai", base_url=server.url,
+                                                 model="tiny", concurrency=2))
+        conds = [Condition(label="billing"), Condition(label="shipping")]
+        over_http = remote.generate(conds)
+    assert over_http == local.generate(conds)
+    assert "billing" in server.user_prompts()[0] + server.user_prompts()[1]

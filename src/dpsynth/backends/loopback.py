@@ -25,6 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from dpsynth.backends.deterministic import filler_text, hashed_embedding, target_words
+from dpsynth.backends.prompt_sets import ChatPrompt
+from dpsynth.backends.prompted import PromptedGenerator
 
 FAULTS = ("429", "500", "503", "400", "401", "404", "timeout", "drop", "slow", "malformed",
           "no_choices")
@@ -210,14 +212,39 @@ def _handler_for(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def model_responder(generator: PromptedGenerator) -> Responder:
+    """Answer chat requests with a local prompted generator (e.g. `HFGenerator`), so a
+    config can be tried against a real, small model behind the OpenAI API."""
+    lock = threading.Lock()  # one model, one request at a time
+
+    def respond(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
+        system = next((m["content"] for m in messages if m["role"] == "system"), None)
+        user = [m["content"] for m in messages if m["role"] == "user"][-1]
+        with lock:
+            return generator.complete([ChatPrompt(user=user, system=system)])[0]
+
+    return respond
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the OpenAI API on 127.0.0.1 with "
                                      "deterministic answers, to try a dpsynth config offline.")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
     parser.add_argument("--dim", type=int, default=32, help="embedding dimension")
+    parser.add_argument("--model", help="a local Hugging Face model folder to answer chats "
+                        "with (default: deterministic filler text)")
     args = parser.parse_args(argv)
-    server = LoopbackServer(latency_s=args.latency, embedding_dim=args.dim, port=args.port)
+    responder = None
+    if args.model:
+        from dpsynth.backends.config import GeneratorConfig
+        from dpsynth.backends.hf import HFGenerator
+        from dpsynth.backends.prompt_sets import load_prompt_set
+
+        cfg = GeneratorConfig(name="hf", model=args.model)
+        responder = model_responder(HFGenerator(args.model, load_prompt_set("generic"), cfg))
+    server = LoopbackServer(latency_s=args.latency, embedding_dim=args.dim, port=args.port,
+                            responder=responder)
     print(f"serving {server.url} (Ctrl-C stops)", flush=True)
     try:
         server._server.serve_forever()

@@ -156,7 +156,13 @@ class OpenAIHttpClient:
         abort = threading.Event()
         futures = [self._pool.submit(self._post_one, endpoint, payload, estimate, parse, abort)
                    for payload, estimate in zip(payloads, token_estimates, strict=True)]
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        try:
+            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException:  # Ctrl-C: stop sending the rest of the batch
+            abort.set()
+            for future in futures:
+                future.cancel()
+            raise
         if any(f.exception() is not None for f in done):
             abort.set()
             for future in pending:
