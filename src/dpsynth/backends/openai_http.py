@@ -202,6 +202,7 @@ class OpenAIHttpClient:
                 if 200 <= status < 300:
                     return self._parse(response, parse)
                 if status in FATAL_STATUS:
+                    abort.set()  # the other requests of the batch stop at once
                     raise BackendError(
                         f"{self.where}: {self.base_url}/{endpoint} answered HTTP {status}; "
                         "check base_url, model and the API key's environment variable")
