@@ -5,9 +5,8 @@ import logging
 import numpy as np
 import pytest
 
-from dpsynth.backends import build_embedder
+from dpsynth.backends import BackendError, build_embedder
 from dpsynth.backends.config import EmbedderConfig
-from dpsynth.backends.openai_http import BackendError
 from dpsynth.backends.tfidf import TfidfEmbedder
 from dpsynth.data.private import PrivateDataset
 from dpsynth.errors import ConfigError, InputError

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from dpsynth.backends import BLANK, FAILED, Condition, build_generator
+from dpsynth.backends import BLANK, FAILED, BackendError, Condition, build_generator
 from dpsynth.backends.config import HttpConfig
 from dpsynth.backends.loopback import LoopbackServer
-from dpsynth.backends.openai_http import BackendError, RateLimiter
+from dpsynth.backends.openai_http import RateLimiter
 from dpsynth.errors import ConfigError
 
 from .conftest import FAST_HTTP, chat_config

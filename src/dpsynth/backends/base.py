@@ -13,8 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsynth.errors import DpsynthError
+
 BLANK = "_"
 """The blank marker in texts passed to `Generator.fill`, as in dpga-textsyn's prompts."""
+
+
+class BackendError(DpsynthError):
+    """A backend refused in a way no retry can fix (authentication, unknown URL or model)."""
 
 
 FAILED = ""

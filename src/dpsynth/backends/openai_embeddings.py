@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from dpsynth.backends.base import Embedder
+from dpsynth.backends.base import BackendError, Embedder
 from dpsynth.backends.config import EmbedderConfig
-from dpsynth.backends.openai_http import BackendError, OpenAIHttpClient, estimate_tokens
+from dpsynth.backends.openai_http import OpenAIHttpClient, estimate_tokens
 from dpsynth.backends.prices import price_for
 from dpsynth.errors import ConfigError
 from dpsynth.progress import track

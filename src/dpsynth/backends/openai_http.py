@@ -1,13 +1,13 @@
 """The HTTP side of OpenAI-compatible backends: concurrency, rate limits, retries, usage.
 
-One batch of requests runs on a pool of `concurrency` threads sharing one httpx connection pool
-(measured: a third of the CPU per request of httpx's asyncio client, which matters when the
-client shares two cores with everything else); token buckets pace requests and tokens per
-minute, and each request is retried with
-exponential backoff and jitter when retrying can help (429, 408, 409, 5xx, timeouts, dropped
-connections). A 401/403/404 raises at once: no retry fixes a wrong key, URL or model. Any
-other 4xx, and a 2xx whose body is not the expected JSON, fail that one request: its result
-is None, it is counted, and the log names the status but never the prompt.
+A batch of requests runs on a pool of `concurrency` threads sharing one httpx connection pool
+(measured here at a third of the CPU per request of httpx's asyncio client, which decides
+throughput when the client shares a small machine). Token buckets pace requests and tokens
+per minute. A request is retried with exponential backoff and jitter when retrying can help
+(429, 408, 409, 5xx, timeouts, dropped connections). A 401/403/404 raises at once and stops
+the batch: no retry fixes a wrong key, URL or model. Any other 4xx, and a 2xx whose body is
+not the expected JSON, fail that one request: its result is None, it is counted, and the log
+names the status but never the prompt.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 
 import httpx
 
+from dpsynth.backends.base import BackendError
 from dpsynth.backends.config import HttpConfig, Price
 from dpsynth.backends.prices import cost_usd
-from dpsynth.errors import ConfigError, DpsynthError
+from dpsynth.errors import ConfigError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,10 +36,6 @@ T = TypeVar("T")
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 FATAL_STATUS = frozenset({401, 403, 404})
 RETRY_STATUS = frozenset({408, 409, 429})
-
-
-class BackendError(DpsynthError):
-    """A backend refused in a way no retry can fix (authentication, unknown URL or model)."""
 
 
 @dataclass
