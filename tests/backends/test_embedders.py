@@ -78,7 +78,7 @@ def test_openai_embedder_batches_normalises_and_is_deterministic(server):
     emb = openai_embedder(server)
     vectors = emb.encode(PUBLIC)
     check_unit_float32(vectors, len(PUBLIC), 32)
-    assert [len(r.body["input"]) for r in server.records] == [3, 3, 2]
+    assert sorted(len(r.body["input"]) for r in server.records) == [2, 3, 3]
     np.testing.assert_array_equal(vectors, emb.encode(PUBLIC))
     assert emb.is_remote and emb.dim == 32
     assert emb.usage()["prompt_tokens"] == 2 * sum(len(t.split()) for t in PUBLIC)

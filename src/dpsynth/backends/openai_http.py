@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from dpsynth.backends.base import BackendError
 from dpsynth.backends.config import HttpConfig, Price
 from dpsynth.backends.prices import cost_usd
 from dpsynth.errors import ConfigError
+from dpsynth.progress import track
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -154,19 +155,13 @@ class OpenAIHttpClient:
         futures = [self._pool.submit(self._post_one, endpoint, payload, estimate, parse, abort)
                    for payload, estimate in zip(payloads, token_estimates, strict=True)]
         try:
-            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        except BaseException:  # Ctrl-C: stop sending the rest of the batch
+            for future in track(as_completed(futures), "requests", total=len(futures)):
+                future.result()  # re-raises a BackendError from any request at once
+        except BaseException:  # that, or Ctrl-C: send nothing more from this batch
             abort.set()
             for future in futures:
                 future.cancel()
             raise
-        if any(f.exception() is not None for f in done):
-            abort.set()
-            for future in pending:
-                future.cancel()
-            wait(pending)
-            raise next(f.exception() for f in futures if f.done() and not f.cancelled()
-                       and f.exception() is not None)
         return [f.result() for f in futures]
 
     def close(self) -> None:
