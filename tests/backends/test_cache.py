@@ -51,6 +51,18 @@ def test_state_dict_lets_a_resumed_run_continue_the_numbering(server, tmp_path):
     assert resumed.usage()["cache_misses"] == 1  # sample 1, not a replay of sample 0
 
 
+def test_dry_run_reads_the_cache_but_writes_nothing(server, tmp_path):
+    path = tmp_path / "c.sqlite"
+    build_generator(chat_config(server, cache=path)).generate([Condition(label="seen")])
+    dry = build_generator(chat_config(server, cache=path, dry_run=True))
+    texts = dry.generate([Condition(label="seen"), Condition(label="unseen")])
+    assert dry.usage()["cache_hits"] == 1 and dry.usage()["dry_run_calls"] == 1
+    real = build_generator(chat_config(server, cache=path))
+    assert real.generate([Condition(label="seen"), Condition(label="unseen")])[1] != texts[1]
+    assert real.usage()["cache_misses"] == 1  # the dry run's filler was not stored
+    assert len(server.records) == 2
+
+
 def test_failures_are_not_cached(server, tmp_path):
     cfg = chat_config(server, cache=tmp_path / "c.sqlite")
     server.inject("400")

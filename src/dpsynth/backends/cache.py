@@ -99,11 +99,16 @@ class ContentCache:
 
 
 class CachedGenerator(Generator):
-    """Serves repeated requests from the cache and forwards only the misses, as one batch."""
+    """Serves repeated requests from the cache and forwards only the misses, as one batch.
 
-    def __init__(self, inner: Generator, cache: ContentCache) -> None:
+    `read_only` (used for dry runs) looks entries up but stores nothing, so a dry run counts
+    only the calls a real run would pay for and never leaves placeholder text behind.
+    """
+
+    def __init__(self, inner: Generator, cache: ContentCache, read_only: bool = False) -> None:
         self.inner = inner
         self.cache = cache
+        self.read_only = read_only
         self.is_remote = inner.is_remote
         self.hits = 0
         self.misses = 0
@@ -160,8 +165,9 @@ class CachedGenerator(Generator):
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
         fresh = call(missing) if missing else []
-        self.cache.put_texts({keys[i]: text for i, text in zip(missing, fresh, strict=True)
-                              if text != FAILED})
+        if not self.read_only:
+            self.cache.put_texts({keys[i]: text for i, text in zip(missing, fresh, strict=True)
+                                  if text != FAILED})
         out = [found.get(key, FAILED) for key in keys]
         for i, text in zip(missing, fresh, strict=True):
             out[i] = text

@@ -120,5 +120,5 @@ def build_generator(cfg: GeneratorConfig, base_dir: Path | None = None) -> Gener
     if cfg.cache is not None:
         from dpsynth.backends.cache import CachedGenerator, ContentCache
 
-        generator = CachedGenerator(generator, ContentCache(cfg.cache))
+        generator = CachedGenerator(generator, ContentCache(cfg.cache), read_only=cfg.dry_run)
     return generator
