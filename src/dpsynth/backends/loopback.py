@@ -97,7 +97,9 @@ class LoopbackServer:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread is not None:  # shutdown() waits for a serve loop that must exist
+            self._server.shutdown()
+            self._thread = None
         self._server.server_close()
 
     def __enter__(self) -> LoopbackServer:
