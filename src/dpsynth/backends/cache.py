@@ -202,13 +202,15 @@ class CachedEmbedder(Embedder):
         identity = self.inner.identity()
         keys = [content_key(identity, text) for text in texts]
         found = self.cache.get_vectors(list(set(keys)))
-        missing = sorted({k: i for i, k in reversed(list(enumerate(keys)))
-                          if k not in found}.values())
+        missing: dict[str, int] = {}  # each missing key once, at its first position
+        for i, key in enumerate(keys):
+            if key not in found:
+                missing.setdefault(key, i)
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
         if missing:
-            fresh = self.inner.encode([texts[i] for i in missing])
-            new = {keys[i]: row for i, row in zip(missing, fresh, strict=True)}
+            fresh = self.inner.encode([texts[i] for i in missing.values()])
+            new = dict(zip(missing, fresh, strict=True))
             self.cache.put_vectors(new)
             found.update(new)
         if not keys:
