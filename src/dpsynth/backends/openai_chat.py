@@ -3,6 +3,7 @@ llama.cpp server and TGI all speak `/chat/completions`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,7 +71,8 @@ class OpenAIChatGenerator(PromptedGenerator):
         usage.dry_run_calls += 1
         usage.prompt_tokens += self._prompt_tokens(prompt)
         words = prompt.length or self.cfg.max_tokens * 3 // 4
-        usage.completion_tokens += min(self.cfg.max_tokens, estimate_tokens("x" * 5 * words))
+        tokens = math.ceil(words * 4 / 3)  # about 4/3 tokens per English word
+        usage.completion_tokens += min(self.cfg.max_tokens, tokens)
         return filler_text(prompt.user, words)
 
     @staticmethod
