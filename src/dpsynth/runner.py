@@ -1,8 +1,9 @@
 """Run a recipe end to end: load, plan, resume or start, synthesise, write the outputs.
 
 Outputs in `output.dir`: `synthetic.<format>`, `privacy.json` (the ledger, every figure
-recomputed from its events), `metrics.jsonl` (per-iteration diagnostics), `config.json`
-(the resolved config), `run.log`, and `checkpoints/`.
+recomputed from its events), `metrics.jsonl` (per-iteration diagnostics), `usage.json`
+(generator and embedder calls, tokens, failures, cost), `config.json` (the resolved config),
+`run.log`, and `checkpoints/`.
 """
 
 from __future__ import annotations
@@ -76,11 +77,20 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
             handle.write(json.dumps(row) + "\n")
 
     out.mkdir(parents=True, exist_ok=True)
+    backends = config.backends
+    embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
+    generator = generator or build_generator(backends.generator, base_dir=config.base_dir)
+    if latest is not None and "generator" in latest[1] and hasattr(generator, "load_state_dict"):
+        generator.load_state_dict(latest[1]["generator"])
     ctx = RunContext(private=run_plan.data.dataset, ledger=ledger, noise=noise,
-                   embedder=embedder or build_embedder(config.backends.embedder),
-                   generator=generator or build_generator(config.backends.generator),
-                   checkpoints=store, seed=seed, report=report, resumed=resumed)
+                     embedder=embedder, generator=generator, checkpoints=store, seed=seed,
+                     report=report, resumed=resumed,
+                     allow_remote_embedding=backends.embedder.allow_remote_on_private)
     result = recipe.run(ctx)
+    usage = {"generator": generator.usage(), "embedder": embedder.usage(),
+             "remote_embedding_of_private_text": bool(
+                 embedder.is_remote and backends.embedder.allow_remote_on_private)}
+    (out / "usage.json").write_text(json.dumps(usage, indent=2), encoding="utf-8")
 
     frame = pd.DataFrame({"text": result.texts}
                          | ({"label": result.labels} if result.labels is not None else {}))

@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import pytest
 
+from dpsynth.backends.base import FAILED
 from dpsynth.config import parse_config
 from dpsynth.errors import BudgetExceededError
 from dpsynth.runner import run
@@ -159,3 +160,24 @@ def test_seeded_resume_charges_replayed_releases_once(tmp_path, tickets):
     resumed = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
     assert len(resumed.ledger.charges) == 4
     assert len(journal.read_text().splitlines()) == 4
+
+
+class FlakyGenerator(RecordingGenerator):
+    """Fails every third output, as a remote backend does after its retries run out."""
+
+    def _flaky(self, outputs):
+        return [FAILED if i % 3 == 2 else text for i, text in enumerate(outputs)]
+
+    def generate(self, conditions):
+        return self._flaky(super().generate(conditions))
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        return self._flaky(super().rewrite(texts, conditions, strength))
+
+
+@RECIPES
+def test_failed_outputs_are_dropped(tmp_path, tickets, recipe):
+    outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
+                  generator=FlakyGenerator())
+    assert outputs.result.texts
+    assert FAILED not in outputs.result.texts

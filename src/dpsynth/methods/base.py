@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from dpsynth.backends.base import Embedder, Generator
@@ -47,13 +48,24 @@ class RunContext:
     report: Callable[[dict[str, Any]], None] = field(default=lambda row: None)
     """Per-iteration diagnostics, computed from DP releases and synthetic data only."""
     resumed: tuple[int, dict[str, Any]] | None = None
-    """The recipe's state at the checkpoint this run resumed from (ledger and noise already
-    restored), or None for a fresh run."""
+    """The recipe's state at the checkpoint this run resumed from (ledger, noise and generator
+    cache numbering already restored), or None for a fresh run."""
+    allow_remote_embedding: bool = False
+    """`backends.embedder.allow_remote_on_private`: the user's explicit opt-in."""
+
+    def embed_private(self, private: PrivateDataset | None = None) -> np.ndarray:
+        """Embed private texts (never cached; a remote embedder only with the opt-in)."""
+        return (private or self.private).embed(self.embedder,
+                                                allow_remote=self.allow_remote_embedding)
 
     def save(self, step: int, state: dict[str, Any]) -> None:
-        """Checkpoint the recipe's public state together with the ledger and noise stream."""
-        self.checkpoints.save(step, {"recipe": state, "ledger": self.ledger.to_dict(),
-                                     "noise": self.noise.state_dict(), "public_seed": self.seed})
+        """Checkpoint the recipe's public state with the ledger, the noise stream and the
+        generator's cache numbering."""
+        envelope = {"recipe": state, "ledger": self.ledger.to_dict(),
+                    "noise": self.noise.state_dict(), "public_seed": self.seed}
+        if hasattr(self.generator, "state_dict"):
+            envelope["generator"] = self.generator.state_dict()
+        self.checkpoints.save(step, envelope)
 
 
 class Recipe(ABC):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsynth.backends.base import BLANK, Condition
+from dpsynth.backends.base import BLANK, FAILED, Condition
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,9 @@ def softmax(values: Sequence[float], temperature: float) -> np.ndarray:
     z = np.asarray(values, dtype=np.float64) / temperature
     z = np.exp(z - z.max())
     return z / z.sum()
+
+
+def keep_produced(texts: Sequence[str], labels: Sequence) -> tuple[list[str], list]:
+    """Drop the outputs a backend failed to produce (`FAILED`), keeping labels aligned."""
+    kept = [(t, y) for t, y in zip(texts, labels, strict=True) if t != FAILED]
+    return [t for t, _ in kept], [y for _, y in kept]

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends.base import Condition
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
-from dpsynth.methods.conditions import Metadata, allocate, mask_words, softmax
+from dpsynth.methods.conditions import Metadata, allocate, keep_produced, mask_words, softmax
 from dpsynth.ops.keywords import class_keywords
 from dpsynth.ops.metadata import (
     dp_keyword_votes,
@@ -88,7 +88,7 @@ class Dpga(Recipe):
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
-        private_emb = ctx.private.embed(ctx.embedder)
+        private_emb = ctx.embed_private()
         labels = ctx.private.label_names
         private_codes = (ctx.private.label_codes(Access.LEDGERED_OP) if labels else None)
 
@@ -162,7 +162,8 @@ class Dpga(Recipe):
         probes = {}
         for label in groups:
             conditions = [Condition(label=label)] * self.params.keyword_probe_samples
-            probes[label or ""] = ctx.generator.generate(conditions)
+            probes[label or ""] = keep_produced(ctx.generator.generate(conditions),
+                                                conditions)[0]
         return class_keywords(probes, self.params.keywords_per_label)
 
     def _weigh_keywords(self, ctx: RunContext, plan: BudgetPlan,
@@ -200,7 +201,7 @@ class Dpga(Recipe):
         for label, count in zip(groups, allocate(n, probs), strict=True):
             conditions += meta.sample(rng, label, int(count), self.params.keywords_per_sample)
         texts = ctx.generator.generate(conditions) if conditions else []
-        return texts, [c.label for c in conditions]
+        return keep_produced(texts, [c.label for c in conditions])
 
     def _select(self, votes: np.ndarray, pop_emb: np.ndarray, pop_labels: list,
                 meta: Metadata, tau: float | None) -> tuple[list[int], float | None]:
@@ -254,8 +255,9 @@ class Dpga(Recipe):
                 out = ctx.generator.fill(masked, conditions)
             else:
                 out = ctx.generator.crossover(parents, conditions)
-            texts += out
-            labels += [c.label for c in conditions]
+            produced, produced_labels = keep_produced(out, [c.label for c in conditions])
+            texts += produced
+            labels += produced_labels
         fresh_texts, fresh_labels = self._generate(ctx, meta, p.n_generate,
                                                    np.random.default_rng([ctx.seed, t + 1, 4]))
         return texts + fresh_texts, labels + fresh_labels

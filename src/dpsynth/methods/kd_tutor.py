@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends.base import Condition
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
-from dpsynth.methods.conditions import allocate
+from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.metadata import to_distribution
 from dpsynth.ops.pate import noisy_argmax, partition_units, teacher_votes, train_discriminator
 from dpsynth.privacy.mechanisms import Gaussian, Laplace
@@ -102,7 +102,7 @@ class KdTutor(Recipe):
                       for _ in range(int(n))]
         order = np.random.default_rng([ctx.seed, 0]).permutation(len(conditions))
         conditions = [conditions[i] for i in order]
-        return ctx.generator.generate(conditions), [c.label for c in conditions]
+        return keep_produced(ctx.generator.generate(conditions), [c.label for c in conditions])
 
     def _label_proportions(self, ctx: RunContext, plan: BudgetPlan,
                            groups: list) -> np.ndarray:
@@ -127,7 +127,7 @@ class KdTutor(Recipe):
                                  self.params.teachers, ctx.noise.random_key())
         part_of_unit = dict(zip(ids, hashed.tolist(), strict=True))
         parts = np.array([part_of_unit[int(u)] for u in units])
-        private_emb = private.subset(keep).embed(ctx.embedder)
+        private_emb = ctx.embed_private(private.subset(keep))
         return [train_discriminator(private_emb[parts == m], negatives, ctx.seed + m)
                 if (parts == m).any() else _AlwaysPublic()
                 for m in range(self.params.teachers)]

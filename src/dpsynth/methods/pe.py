@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends.base import Condition
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
-from dpsynth.methods.conditions import allocate
+from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy.planning import StageSpec
@@ -60,7 +60,7 @@ class PrivateEvolution(Recipe):
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
         labels = ctx.private.label_names
         groups: list[str | None] = list(labels) if labels else [None]
-        private_emb = ctx.private.embed(ctx.embedder)
+        private_emb = ctx.embed_private()
         private_codes = ctx.private.label_codes(Access.LEDGERED_OP) if labels else None
 
         if ctx.resumed is None:
@@ -72,8 +72,9 @@ class PrivateEvolution(Recipe):
             conditions = [Condition(label=g) for g, n in
                           zip(groups, allocate(p.n_samples, probs), strict=True)
                           for _ in range(int(n))]
-            texts = ctx.generator.generate(conditions)
-            population = (texts, [c.label for c in conditions], probs.tolist())
+            texts, pop_labels = keep_produced(ctx.generator.generate(conditions),
+                                              [c.label for c in conditions])
+            population = (texts, pop_labels, probs.tolist())
             ctx.save(0, _state(population))
             start = 0
         else:
@@ -101,7 +102,7 @@ class PrivateEvolution(Recipe):
             conditions = [Condition(label=y, length=len(x.split()))
                           for x, y in zip(chosen_texts, chosen_labels, strict=True)]
             varied = ctx.generator.rewrite(chosen_texts, conditions, p.rewrite_strength)
-            population = (varied, chosen_labels, probs)
+            population = (*keep_produced(varied, chosen_labels), probs)
             ctx.save(t + 1, _state(population))
         raise AssertionError("unreachable: the loop returns on its last iteration")
 
