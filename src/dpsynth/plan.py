@@ -55,3 +55,6 @@ def print_plan(plan: RunPlan, console: Console) -> None:
         recipe = build_recipe(cfg.recipe, cfg.budget.split)
         budget = recipe.plan(ds, plan.epsilon, plan.delta)
         console.print(plan_table(budget, title=f"privacy plan: {cfg.recipe.name}"))
+        calls = recipe.expected_generations(ds)
+        console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
+                      + f" (total {sum(calls.values()):,})")

@@ -8,6 +8,7 @@ import pytest
 
 from dpsynth.backends.base import FAILED
 from dpsynth.config import parse_config
+from dpsynth.data import PrivateDataset
 from dpsynth.errors import BudgetExceededError
 from dpsynth.runner import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
@@ -125,7 +126,6 @@ def test_unknown_param_is_a_located_error(tmp_path, tickets):
 
 
 def test_budget_split_overrides_stage_fractions(tickets):
-    from dpsynth.data import PrivateDataset
     from dpsynth.errors import ConfigError
     from dpsynth.methods.pe import PrivateEvolution
 
@@ -181,3 +181,39 @@ def test_failed_outputs_are_dropped(tmp_path, tickets, recipe):
                   generator=FlakyGenerator())
     assert outputs.result.texts
     assert FAILED not in outputs.result.texts
+
+
+@RECIPES
+def test_expected_generations_match_the_run(tmp_path, tickets, recipe):
+    from dpsynth.methods.registry import build_recipe
+
+    config = make_config(tmp_path, tickets, recipe)
+    generator = CountingGenerator()
+    outputs = run(config, embedder=HashEmbedder(), generator=generator)
+    expected = build_recipe(config.recipe).expected_generations(
+        PrivateDataset(tickets[0], labels=tickets[1]))
+    assert outputs.result.texts
+    assert {op: n for op, n in generator.outputs.items() if n} == {
+        op: n for op, n in expected.items() if n}
+
+
+class CountingGenerator(RecordingGenerator):
+    def __init__(self):
+        super().__init__()
+        self.outputs = {"generate": 0, "rewrite": 0, "fill": 0, "crossover": 0}
+
+    def generate(self, conditions):
+        self.outputs["generate"] += len(conditions)
+        return super().generate(conditions)
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        self.outputs["rewrite"] += len(texts)
+        return super().rewrite(texts, conditions, strength)
+
+    def fill(self, masked_texts, conditions):
+        self.outputs["fill"] += len(masked_texts)
+        return super().fill(masked_texts, conditions)
+
+    def crossover(self, parent_groups, conditions):
+        self.outputs["crossover"] += len(parent_groups)
+        return super().crossover(parent_groups, conditions)

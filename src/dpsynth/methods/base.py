@@ -94,6 +94,10 @@ class Recipe(ABC):
     def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
         """The releases this recipe will make, for planning its noise before it runs."""
 
+    @abstractmethod
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        """Generator outputs the run will ask for, per operation (for `dpsynth plan`)."""
+
     def plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
         """Noise scales for every stage so that all of them compose to (ε, δ)."""
         stages = apply_split(self.stages(private, delta), self.split)

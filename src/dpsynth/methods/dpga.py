@@ -85,6 +85,14 @@ class Dpga(Recipe):
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
 
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        p, rounds = self.params, self.params.iterations - 1
+        probes = 0 if (p.keywords or not (p.use_keywords and p.keywords_per_sample)) else (
+            p.keyword_probe_samples * max(1, len(private.label_names or ())))
+        return {"generate": probes + p.n_init + rounds * p.n_generate,
+                "rewrite": rounds * p.n_rewrite, "fill": rounds * p.n_fill,
+                "crossover": rounds * p.n_crossover}
+
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)

@@ -67,6 +67,10 @@ class KdTutor(Recipe):
                                 compositions=p.n_queries))
         return stages
 
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        p = self.params
+        return {"generate": p.n_negatives + int(np.ceil(p.pool_factor * p.n_output))}
+
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)

@@ -55,6 +55,10 @@ class PrivateEvolution(Recipe):
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
 
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        p = self.params
+        return {"generate": p.n_samples, "rewrite": (p.iterations - 1) * p.n_samples}
+
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
