@@ -4,6 +4,8 @@ import pytest
 
 from dpsynth.errors import InputError
 from dpsynth.evaluate import canary_exposure, make_canaries, plant_canaries
+from dpsynth.evaluate.canaries import plant_canaries_in_file, read_canaries
+from dpsynth.evaluate.tables import read_text_table
 
 BACKGROUND = [f"ticket {i}: the parcel for order {i} arrived late and the box was damaged"
               for i in range(200)]
@@ -54,3 +56,15 @@ def test_partial_echo_lies_between():
     out = canary_exposure(canaries, half)
     assert out["verbatim"] == 20
     assert 0.6 < out["auc"] < 1.0
+
+
+def test_planting_in_a_file_round_trips(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"text": BACKGROUND[:30], "label": ["a", "b"] * 15}).to_csv(
+        tmp_path / "private.csv", index=False)
+    canaries = plant_canaries_in_file(tmp_path / "private.csv", tmp_path / "planted.csv",
+                                      k=4, seed=7)
+    planted = read_text_table(tmp_path / "planted.csv")
+    assert len(planted) == 34 and all(c in planted.texts for c in canaries.planted)
+    assert read_canaries(tmp_path / "planted.csv.canaries.json") == canaries

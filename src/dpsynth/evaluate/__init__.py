@@ -4,7 +4,14 @@
 `EvalResult`; the metric functions are importable one by one from the submodules.
 """
 
-from dpsynth.evaluate.canaries import Canaries, canary_exposure, make_canaries, plant_canaries
+from dpsynth.evaluate.canaries import (
+    Canaries,
+    canary_exposure,
+    make_canaries,
+    plant_canaries,
+    plant_canaries_in_file,
+    read_canaries,
+)
 from dpsynth.evaluate.privacy import PRIVATE_NOTICE
 from dpsynth.evaluate.result import EvalResult
 from dpsynth.evaluate.runner import EvalConfig, evaluate, evaluate_embedded
@@ -12,4 +19,4 @@ from dpsynth.evaluate.tables import TextTable, read_text_table
 
 __all__ = ["PRIVATE_NOTICE", "Canaries", "EvalConfig", "EvalResult", "TextTable",
            "canary_exposure", "evaluate", "evaluate_embedded", "make_canaries",
-           "plant_canaries", "read_text_table"]
+           "plant_canaries", "plant_canaries_in_file", "read_canaries", "read_text_table"]

@@ -19,17 +19,22 @@ Canaries are made of pseudo-words, so they are not private text and can be print
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from dpsynth.data.io import write_table
 from dpsynth.errors import InputError
 from dpsynth.evaluate.privacy import membership_auc
+from dpsynth.evaluate.tables import read_text_table
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -82,6 +87,31 @@ def plant_canaries(texts: Sequence[str], labels: Sequence[str] | None, canaries:
             if out_labels is not None:
                 out_labels.insert(position, label)
     return out_texts, out_labels
+
+
+def plant_canaries_in_file(path: str | Path, out_path: str | Path, k: int, seed: int,
+                           text_column: str = "text", label_column: str | None = "label",
+                           repeats: int = 1) -> Canaries:
+    """Copy a private dataset file to `out_path` with k canaries planted, and write the
+    canaries (planted and reference, not private) to `out_path` + `.canaries.json`: the
+    input for running a recipe end to end and then calling `canary_exposure`."""
+    table = read_text_table(path, text_column, label_column)
+    canaries = make_canaries(k, seed)
+    texts, labels = plant_canaries(table.texts, table.labels, canaries, seed, repeats)
+    columns = {text_column: texts}
+    if labels is not None and label_column is not None:
+        columns[label_column] = labels
+    out_path = Path(out_path)
+    write_table(pd.DataFrame(columns), out_path)
+    Path(f"{out_path}.canaries.json").write_text(json.dumps(canaries.to_dict(), indent=2),
+                                                 encoding="utf-8")
+    return canaries
+
+
+def read_canaries(path: str | Path) -> Canaries:
+    """Canaries saved by `plant_canaries_in_file`."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return Canaries(tuple(data["planted"]), tuple(data["reference"]))
 
 
 def canary_exposure(canaries: Canaries, synthetic_texts: Sequence[str],

@@ -31,7 +31,7 @@ class NextTokenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     steps: int = Field(200, gt=0)
-    batch_size: int = Field(32, gt=0)
+    batch_size: int = Field(16, gt=0)
     max_tokens: int = Field(64, ge=4, description="tokens per text, the rest is cut")
     n_layer: int = Field(2, gt=0)
     n_embd: int = Field(128, gt=0)
