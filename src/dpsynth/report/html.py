@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +57,10 @@ def write_report(run_dir: str | Path, output: str | Path | None = None,
     """Render the run folder's report to `output` (default RUN_DIR/report.html)."""
     artifacts = load_run(run_dir)
     path = Path(output) if output is not None else artifacts.run_dir / REPORT_FILE
+    has_private = artifacts.evaluation is not None and "privacy" in artifacts.evaluation.metrics
+    if include_private and has_private:
+        log.warning("the report includes private-only diagnostics (%s); build it with "
+                    "--public for a page to share", PRIVATE_NOTICE)
     path.write_text(render(artifacts, include_private, samples), encoding="utf-8")
     log.info("wrote %s", path)
     return path
@@ -214,11 +219,13 @@ def _table(header: list[str], rows: list[tuple]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+_NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?|n/a|inf|nan")
+
+
 def _cell(value: object) -> str:
     text = str(value)
-    numeric = text.replace(".", "", 1).replace("-", "", 1).replace("e", "", 1).isdigit()
-    return f'<td class="num">{html.escape(text)}</td>' if numeric else \
-        f"<td>{html.escape(text)}</td>"
+    kind = ' class="num"' if _NUMBER.fullmatch(text) else ""
+    return f"<td{kind}>{html.escape(text)}</td>"
 
 
 def _num(value: object) -> str:
