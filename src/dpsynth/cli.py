@@ -90,21 +90,50 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
 def evaluate(
     synthetic: Annotated[Path, typer.Option(help="Synthetic dataset file.")],
     real_test: Annotated[Path, typer.Option(help="Real test split.")],
-    real_train: Annotated[Path | None, typer.Option(help="Real train split (optional).")] = None,
-    output: OutputOpt = None,
+    real_train: Annotated[Path | None, typer.Option(
+        help="Real train split, the private data: adds private-only privacy diagnostics."
+    )] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Folder for metrics.json and figures.json [default: beside the "
+        "synthetic file, in eval/]")] = None,
+    text_column: Annotated[str, typer.Option(help="Text column in every file.")] = "text",
+    label_column: Annotated[str, typer.Option(
+        help="Label column; files without it are treated as unlabelled.")] = "label",
+    next_token: Annotated[bool, typer.Option(
+        help="Train the small LM for next-token accuracy (the slowest metric).")] = True,
+    next_token_steps: Annotated[int, typer.Option(help="Training steps of that LM.")] = 200,
+    mauve: Annotated[bool, typer.Option(help="Compute MAUVE.")] = True,
+    seed: Annotated[int, typer.Option(help="Seed for subsampling and models.")] = 0,
     log_level: LevelOpt = "info",
 ) -> None:
     """Measure utility, fidelity and privacy risk of a synthetic dataset."""
+    from dpsynth.evaluate import EvalConfig
+    from dpsynth.evaluate import evaluate as run_evaluation
+    from dpsynth.evaluate.next_token import NextTokenConfig
+
     setup_logging(_check_level(log_level))
-    raise DpsynthError("`dpsynth eval` lands with the evaluation issue; it is not available yet")
+    config = EvalConfig(
+        text_column=text_column, label_column=label_column, seed=seed, mauve=mauve,
+        next_token=NextTokenConfig(steps=next_token_steps) if next_token else None)
+    folder = output if output is not None else synthetic.parent / "eval"
+    result = run_evaluation(synthetic, real_test, real_train, config, output=folder)
+    out.print(result.to_markdown(), highlight=False, soft_wrap=True)
+    out.print(f"[dim]wrote {folder / 'metrics.json'}[/dim]")
 
 
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder.")],
+           output: Annotated[Path | None, typer.Option(
+               "--output", help="HTML file [default: RUN_DIR/report.html]")] = None,
+           public: Annotated[bool, typer.Option(
+               "--public", help="Leave out the private-only privacy diagnostics.")] = False,
            log_level: LevelOpt = "info") -> None:
     """Write a self-contained HTML report of a finished run."""
+    from dpsynth.report import write_report
+
     setup_logging(_check_level(log_level))
-    raise DpsynthError("`dpsynth report` lands with the evaluation issue; it is not available yet")
+    path = write_report(run_dir, output, include_private=not public)
+    out.print(f"wrote {path}")
 
 
 @app.command()

@@ -1,0 +1,247 @@
+"""Utility of synthetic data side by side: recipes × ε, between an upper and a lower bound.
+
+    python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
+        [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
+
+Every row is scored the same way: the same embedder (MiniLM), the same real test sample, the
+same downstream model (logistic regression on embeddings) and the same seeds. Rows:
+
+- real train (upper bound): n records of the private train split, a fresh sample per seed;
+- generator, no private data (lower bound): n texts from the offline generator conditioned on
+  the public label names only;
+- each recipe at each ε: `dpsynth run` on a generated config (same generator, embedder and
+  seed), reading `synthetic.*` and the generator-call count from the run folder.
+
+A row that cannot run (no recipe yet, no generator) is written with its reason, never with a
+made-up number. Writes utility-DATASET.md and utility-DATASET.csv (mean ± std over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from dpsynth.backends import Condition, build_embedder, build_generator
+from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
+from dpsynth.errors import DpsynthError
+from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text_table
+from dpsynth.evaluate.next_token import NextTokenConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = {  # column → path into the metrics dict
+    "accuracy": ("utility", "classification", "accuracy"),
+    "macro_f1": ("utility", "classification", "macro_f1"),
+    "next_token_accuracy": ("utility", "next_token", "accuracy"),
+    "mauve": ("fidelity", "mauve"),
+    "frechet": ("fidelity", "frechet_distance"),
+    "knn_precision": ("fidelity", "knn_precision"),
+    "knn_recall": ("fidelity", "knn_recall"),
+}
+
+
+class NotAvailable(Exception):
+    """A row that cannot be produced here; the message says why."""
+
+
+@dataclass(frozen=True)
+class Produced:
+    table: TextTable
+    generator_calls: int | None
+
+
+@dataclass
+class Row:
+    name: str
+    epsilon: str
+    runs: list[dict[str, float]] = field(default_factory=list)
+    note: str = ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    data = Path(args.data_root) / args.dataset
+    train = read_text_table(data / "train.csv", require_labels=True)
+    test = _sample(read_text_table(data / "test.csv", require_labels=True), args.test_size, 0)
+    embedder = build_embedder(EmbedderConfig(name=args.embedder))
+    config = EvalConfig(seed=0, max_samples=args.n_synthetic, mauve=not args.no_mauve,
+                        next_token=NextTokenConfig(steps=args.next_token_steps)
+                        if args.next_token else None)
+    test_emb = embedder.encode(test.texts)
+    producers: list[tuple[str, str, Callable[[int], Produced]]] = [
+        ("real train (upper bound)", "no DP",
+         lambda seed: Produced(_sample(train, args.n_synthetic, seed), 0)),
+        ("generator, no private data (lower bound)", "0",
+         lambda seed: _lower_bound(train, args.n_synthetic, seed, args.generator)),
+    ]
+    for recipe in filter(None, args.recipes.split(",")):
+        for eps in args.epsilons.split(","):
+            producers.append((recipe, eps, _recipe_runner(recipe, float(eps), data, args)))
+
+    rows = []
+    for name, eps, produce in producers:
+        row = Row(name, "∞" if eps == "inf" else eps)
+        for seed in args.seeds:
+            started = time.perf_counter()
+            try:
+                produced = produce(seed)
+            except NotAvailable as exc:
+                row.note = f"not available: {exc}"
+                break
+            wall = time.perf_counter() - started
+            result = evaluate_embedded(produced.table, embedder.encode(produced.table.texts),
+                                       test, test_emb,
+                                       config=config.model_copy(update={"seed": seed}))
+            metrics = {col: _get(result.metrics, path) for col, path in METRICS.items()}
+            metrics.update(wall_s=wall, generator_calls=produced.generator_calls)
+            row.runs.append(metrics)
+            print(f"{name} ε={row.epsilon} seed={seed}: accuracy "
+                  f"{metrics['accuracy']:.4f}, {wall:.1f}s", file=sys.stderr)
+        rows.append(row)
+    _write(rows, args)
+
+
+def _lower_bound(train: TextTable, n: int, seed: int, generator_name: str) -> Produced:
+    """n texts conditioned on the (public) label names only, balanced across labels."""
+    fields = {"name": generator_name}
+    if "seed" in GeneratorConfig.model_fields:
+        fields["seed"] = seed
+    try:
+        generator = build_generator(GeneratorConfig.model_validate(fields))
+    except DpsynthError as exc:
+        raise NotAvailable(str(exc)) from None
+    labels = sorted(set(train.labels or []))
+    wanted = [labels[i % len(labels)] for i in range(n)]
+    texts = generator.generate([Condition(label=label) for label in wanted])
+    return Produced(TextTable(texts, wanted, f"{generator_name} generator"), len(texts))
+
+
+def _recipe_runner(recipe: str, epsilon: float, data: Path,
+                   args: argparse.Namespace) -> Callable[[int], Produced]:
+    """Run `dpsynth run` on a generated config and read its synthetic set back."""
+
+    def run(seed: int) -> Produced:
+        with tempfile.TemporaryDirectory(prefix="dpsynth-bench-") as tmp:
+            out = Path(tmp) / "run"
+            config = {
+                "data": {"path": str((data / "train.csv").resolve()), "label_column": "label"},
+                "budget": {"epsilon": epsilon},
+                "recipe": {"name": recipe, "params": json.loads(args.recipe_params)},
+                "backends": {"embedder": {"name": args.embedder},
+                             "generator": {"name": args.generator}},
+                "output": {"dir": str(out), "format": "csv"},
+                "seed": seed,
+            }
+            path = Path(tmp) / "config.yaml"
+            path.write_text(yaml.safe_dump(config), encoding="utf-8")
+            done = subprocess.run([sys.executable, "-m", "dpsynth", "run", str(path),
+                                   "--log-level", "warning"], capture_output=True, text=True,
+                                  cwd=ROOT)
+            if done.returncode != 0:
+                lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+                raise NotAvailable(lines[-1] if lines else f"exit code {done.returncode}")
+            table = read_text_table(out / "synthetic.csv", require_labels=True)
+            return Produced(table, _generator_calls(out))
+
+    return run
+
+
+def _generator_calls(run_dir: Path) -> int | None:
+    """The cumulative `generator_calls` of the run's last metrics.jsonl row, if recorded."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    return json.loads(lines[-1]).get("generator_calls") if lines else None
+
+
+def _sample(table: TextTable, n: int, seed: int) -> TextTable:
+    if len(table) <= n:
+        return table
+    idx = np.sort(np.random.default_rng(seed).choice(len(table), size=n, replace=False))
+    labels = [table.labels[i] for i in idx] if table.labels is not None else None
+    return TextTable([table.texts[i] for i in idx], labels, f"{table.source}[sample {seed}]")
+
+
+def _get(metrics: dict, path: tuple[str, ...]) -> float:
+    for key in path:
+        if not isinstance(metrics, dict) or key not in metrics:
+            return math.nan
+        metrics = metrics[key]
+    return float(metrics)
+
+
+def _write(rows: list[Row], args: argparse.Namespace) -> None:
+    columns = [c for c in (*METRICS, "wall_s", "generator_calls")
+               if any(not _all_nan(r, c) for r in rows)]
+    records, lines = [], []
+    header = ["row", "ε", "seeds", *columns, "note"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        record: dict[str, object] = {"row": row.name, "epsilon": row.epsilon,
+                                     "seeds": len(row.runs), "note": row.note}
+        cells = []
+        for col in columns:
+            values = np.array([r[col] for r in row.runs if r[col] is not None], dtype=float)
+            mean = float(values.mean()) if len(values) else math.nan
+            std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+            record[f"{col}_mean"], record[f"{col}_std"] = mean, std
+            cells.append(_cell(mean, std))
+        records.append(record)
+        lines.append("| " + " | ".join([row.name, row.epsilon, str(len(row.runs)), *cells,
+                                         row.note]) + " |")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"utility-{args.dataset}"
+    pd.DataFrame(records).to_csv(stem.with_suffix(".csv"), index=False)
+    title = (f"# Utility on {args.dataset}: n = {args.n_synthetic} synthetic records, "
+             f"{args.test_size} real test records, seeds {args.seeds}, embedder "
+             f"{args.embedder}, logistic regression\n\n")
+    stem.with_suffix(".md").write_text(title + "\n".join(lines) + "\n", encoding="utf-8")
+    print(title + "\n".join(lines))
+    print(f"\nwrote {stem.with_suffix('.md')} and {stem.with_suffix('.csv')}", file=sys.stderr)
+
+
+def _all_nan(row: Row, col: str) -> bool:
+    return all(r[col] is None or math.isnan(r[col]) for r in row.runs)
+
+
+def _cell(mean: float, std: float) -> str:
+    if math.isnan(mean):
+        return "n/a"
+    return f"{mean:.4g}" if math.isnan(std) else f"{mean:.4g} ± {std:.2g}"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dataset", help="a folder of the data root with train.csv and test.csv")
+    parser.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--recipes", default="", help="comma-separated recipe names")
+    parser.add_argument("--recipe-params", default="{}", help="JSON for recipe.params")
+    parser.add_argument("--epsilons", default="1,2,4,inf")
+    parser.add_argument("--seeds", default="0,1,2",
+                        type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--n-synthetic", type=int, default=2000)
+    parser.add_argument("--test-size", type=int, default=2000)
+    parser.add_argument("--embedder", default="minilm")
+    parser.add_argument("--generator", default="offline")
+    parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
+    parser.add_argument("--next-token-steps", type=int, default=200)
+    parser.add_argument("--no-mauve", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()

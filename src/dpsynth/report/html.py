@@ -1,0 +1,241 @@
+"""One self-contained HTML page per run: inline CSS and SVG, nothing fetched from a network.
+
+Every section is always present; a section whose input is missing says what is missing and
+how to produce it. Private-only diagnostics sit in their own marked section, left out with
+`include_private=False` for a page that may be shared.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from dpsynth import __version__
+from dpsynth.evaluate.privacy import PRIVATE_NOTICE
+from dpsynth.evaluate.result import metric_rows
+from dpsynth.report import plots
+from dpsynth.report.inputs import RunArtifacts, load_run
+
+log = logging.getLogger(__name__)
+
+SECTIONS = (
+    ("privacy-spend", "Privacy spend by stage"),
+    ("iterations", "Per-iteration curves"),
+    ("distributions", "Length and label distributions"),
+    ("embedding-map", "Embedding map"),
+    ("metrics", "Metrics"),
+    ("privacy-diagnostics", "Privacy diagnostics (private only)"),
+    ("samples", "Sample synthetic texts"),
+)
+REPORT_FILE = "report.html"
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:0 auto;
+padding:1.5rem;color:#222;line-height:1.45}
+h1{margin-bottom:.2rem}h2{border-bottom:2px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+.meta{color:#666;font-size:.9rem}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.92rem}
+td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:left}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.missing{color:#8a6d3b;background:#fcf8e3;border:1px solid #faebcc;padding:.5rem .8rem}
+.private{color:#a94442;background:#f2dede;border:1px solid #ebccd1;padding:.5rem .8rem;
+font-weight:600}
+figure{margin:.8rem 0}svg{max-width:100%;height:auto}
+ol.samples li{margin:.35rem 0}.label{font-size:.8rem;color:#555;background:#eee;
+padding:0 .35rem;border-radius:3px;margin-right:.4rem}
+"""
+
+
+def write_report(run_dir: str | Path, output: str | Path | None = None,
+                 include_private: bool = True, samples: int = 12) -> Path:
+    """Render the run folder's report to `output` (default RUN_DIR/report.html)."""
+    artifacts = load_run(run_dir)
+    path = Path(output) if output is not None else artifacts.run_dir / REPORT_FILE
+    has_private = artifacts.evaluation is not None and "privacy" in artifacts.evaluation.metrics
+    if include_private and has_private:
+        log.warning("the report includes private-only diagnostics (%s); build it with "
+                    "--public for a page to share", PRIVATE_NOTICE)
+    path.write_text(render(artifacts, include_private, samples), encoding="utf-8")
+    log.info("wrote %s", path)
+    return path
+
+
+def render(artifacts: RunArtifacts, include_private: bool = True, samples: int = 12) -> str:
+    builders: dict[str, Callable[[], str]] = {
+        "privacy-spend": lambda: _privacy_spend(artifacts),
+        "iterations": lambda: _iterations(artifacts),
+        "distributions": lambda: _distributions(artifacts),
+        "embedding-map": lambda: _embedding_map(artifacts),
+        "metrics": lambda: _metrics(artifacts),
+        "privacy-diagnostics": lambda: _privacy_diagnostics(artifacts, include_private),
+        "samples": lambda: _samples(artifacts, samples),
+    }
+    body = []
+    for anchor, title in SECTIONS:
+        body.append(f'<section id="{anchor}"><h2>{html.escape(title)}</h2>'
+                    f"{builders[anchor]()}</section>")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    toc = " · ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in SECTIONS)
+    name = html.escape(artifacts.run_dir.resolve().name)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>dpsynth report: {name}</title><style>{_CSS}</style></head><body>"
+        f"<h1>dpsynth report: {name}</h1>"
+        f'<p class="meta">generated {stamp} by dpsynth {html.escape(__version__)}</p>'
+        f"<nav>{toc}</nav>{''.join(body)}</body></html>\n"
+    )
+
+
+def _privacy_spend(a: RunArtifacts) -> str:
+    p = a.privacy
+    if p is None:
+        return _missing("privacy", a)
+    rows = [("budget ε", _num(p.budget_epsilon)), ("budget δ", _num(p.budget_delta)),
+            ("spent ε (composed, PLD)", _num(p.spent_epsilon))]
+    parts = [_table(["", "value"], rows), f'<p class="meta">{html.escape(p.source)}</p>']
+    if p.stages:
+        parts.append(_table(
+            ["stage", "releases", "mechanisms", "ε alone"],
+            [(s.stage, _num(s.releases), ", ".join(s.mechanisms), _num(s.epsilon_alone))
+             for s in p.stages]))
+        finite = [(s.stage, s.epsilon_alone) for s in p.stages if s.epsilon_alone is not None]
+        if finite:
+            parts.append(_figure(plots.stage_spend(finite, p.spent_epsilon, p.budget_epsilon),
+                                 "ε per stage alone; stages compose to the total, which is "
+                                 "less than their sum"))
+    return "".join(parts)
+
+
+def _iterations(a: RunArtifacts) -> str:
+    if not a.iterations:
+        return _missing("iterations", a, "the run wrote no per-iteration metrics")
+    return _figure(plots.iteration_curves(a.iterations),
+                   "from metrics.jsonl: DP releases and synthetic-only statistics per iteration")
+
+
+def _distributions(a: RunArtifacts) -> str:
+    if a.synthetic is None and a.evaluation is None:
+        return _missing("synthetic", a)
+    figures = a.evaluation.figures if a.evaluation is not None else {}
+    lengths = figures.get("lengths", {})
+    synthetic_lengths = lengths.get("synthetic") or _word_lengths(a)
+    parts = []
+    if synthetic_lengths:
+        parts.append(_figure(plots.length_histogram(lengths.get("real_test"), synthetic_lengths),
+                             "words per text"))
+    labels = figures.get("labels")
+    if labels is not None:
+        parts.append(_figure(plots.label_bars(labels["real_shares"], labels["synthetic_shares"]),
+                             "share of each label"))
+    elif a.synthetic is not None and a.synthetic.labels is not None:
+        values, counts = np.unique(a.synthetic.labels, return_counts=True)
+        shares = {str(v): float(c / counts.sum()) for v, c in zip(values, counts, strict=True)}
+        parts.append(_figure(plots.label_bars(None, shares), "share of each synthetic label"))
+    if a.evaluation is None:
+        parts.append(_missing("evaluation", a, "real-test distributions need `dpsynth eval`"))
+    return "".join(parts)
+
+
+def _embedding_map(a: RunArtifacts) -> str:
+    figures = a.evaluation.figures if a.evaluation is not None else {}
+    points = figures.get("embedding_map")
+    if not points:
+        return _missing("evaluation", a)
+    return _figure(plots.embedding_map(points["real_test"], points["synthetic"],
+                                       points.get("explained_variance")),
+                   "PCA of sentence embeddings, fitted on both sets")
+
+
+def _metrics(a: RunArtifacts) -> str:
+    if a.evaluation is None:
+        return _missing("evaluation", a)
+    metrics = a.evaluation.metrics
+    rows = [(m, v) for s, m, v in metric_rows(metrics) if not s.startswith("privacy")]
+    meta = metrics.get("meta", {})
+    sizes = ", ".join(f"{k.replace('_', ' ')}: {meta[k]['records']} records"
+                      for k in ("synthetic", "real_test", "real_train") if meta.get(k))
+    recall = metrics.get("utility", {}).get("classification", {}).get("per_class_recall")
+    parts = [f'<p class="meta">{html.escape(sizes)}</p>', _table(["metric", "value"], rows)]
+    if recall:
+        parts.append(_table(["class", "recall (trained on synthetic)"],
+                            [(c, _num(r)) for c, r in recall.items()]))
+    return "".join(parts)
+
+
+def _privacy_diagnostics(a: RunArtifacts, include_private: bool) -> str:
+    if not include_private:
+        return '<p class="missing">left out of this page (built with --public)</p>'
+    private = a.evaluation.metrics.get("privacy") if a.evaluation is not None else None
+    if private is None:
+        return ('<p class="missing">not computed: pass the private train split to '
+                "<code>dpsynth eval --real-train</code></p>")
+    rows = [(m, v) for s, m, v in metric_rows({"privacy": private})]
+    hist = private["nearest_private_similarity"]
+    base = hist.get("real_test_baseline")
+    return "".join([
+        f'<p class="private">{html.escape(PRIVATE_NOTICE).capitalize()}.</p>',
+        _table(["metric", "value"], rows),
+        _figure(plots.similarity_histogram(hist["synthetic"]["bin_edges"],
+                                           hist["synthetic"]["counts"],
+                                           base["counts"] if base else None),
+                "a synthetic set that copies private records piles up near 1; compare with "
+                "fresh real records"),
+    ])
+
+
+def _samples(a: RunArtifacts, k: int) -> str:
+    if a.synthetic is None:
+        return _missing("synthetic", a)
+    table = a.synthetic
+    rng = np.random.default_rng(0)
+    picks = np.sort(rng.choice(len(table), size=min(k, len(table)), replace=False))
+    items = []
+    for i in picks:
+        label = (f'<span class="label">{html.escape(table.labels[i])}</span>'
+                 if table.labels is not None else "")
+        items.append(f"<li>{label}{html.escape(table.texts[i])}</li>")
+    return (f'<p class="meta">{len(picks)} of {len(table)} synthetic records, drawn at '
+            f'random</p><ol class="samples">{"".join(items)}</ol>')
+
+
+def _word_lengths(a: RunArtifacts) -> list[int]:
+    return [len(t.split()) for t in a.synthetic.texts] if a.synthetic is not None else []
+
+
+def _figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption class=\"meta\">{html.escape(caption)}</figcaption></figure>"
+
+
+def _table(header: list[str], rows: list[tuple]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?|n/a|inf|nan")
+
+
+def _cell(value: object) -> str:
+    text = str(value)
+    kind = ' class="num"' if _NUMBER.fullmatch(text) else ""
+    return f"<td{kind}>{html.escape(text)}</td>"
+
+
+def _num(value: object) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _missing(part: str, a: RunArtifacts, default: str = "not available") -> str:
+    reason = a.missing.get(part, default)
+    return f'<p class="missing">{html.escape(reason)}</p>'

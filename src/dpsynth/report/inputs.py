@@ -1,0 +1,137 @@
+"""What a report reads from a run folder; each part may be missing and says why.
+
+A run folder holds (see docs/evaluation.md):
+- `privacy.json`: the privacy ledger (`dpsynth.privacy-ledger/1`: budget, spent, breakdown
+  per stage, and the recorded charges);
+- `metrics.jsonl`: one JSON object per iteration, with an `iteration` key and numbers;
+- `synthetic.<csv|jsonl|parquet|tsv>`: the synthetic set;
+- `eval/metrics.json` and `eval/figures.json`: written by `dpsynth eval --output RUN/eval`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpsynth.errors import DpsynthError, InputError
+from dpsynth.evaluate.result import FIGURES_FILE, METRICS_FILE, EvalResult
+from dpsynth.evaluate.tables import TextTable, read_text_table
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_NAMES = ("synthetic.csv", "synthetic.jsonl", "synthetic.parquet", "synthetic.tsv")
+
+
+@dataclass(frozen=True)
+class StageSpend:
+    stage: str
+    epsilon_alone: float | None
+    releases: int | None
+    mechanisms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PrivacySpend:
+    """The ledger's figures; `source` says whether they were recomputed from the events."""
+
+    budget_epsilon: float | None
+    budget_delta: float | None
+    spent_epsilon: float | None
+    stages: tuple[StageSpend, ...]
+    source: str
+
+
+@dataclass
+class RunArtifacts:
+    run_dir: Path
+    privacy: PrivacySpend | None = None
+    iterations: list[dict[str, Any]] = field(default_factory=list)
+    synthetic: TextTable | None = None
+    evaluation: EvalResult | None = None
+    missing: dict[str, str] = field(default_factory=dict)
+    """Part name → why it is not in the report."""
+
+
+def load_run(run_dir: str | Path) -> RunArtifacts:
+    """Read whatever the run folder holds; a missing or unreadable part is noted, not fatal."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: not a run folder")
+    out = RunArtifacts(run_dir)
+    loaders = {"privacy": _privacy, "iterations": _iterations, "synthetic": _synthetic,
+               "evaluation": _evaluation}
+    for name, loader in loaders.items():
+        try:
+            setattr(out, name, loader(run_dir))
+        except (OSError, ValueError, KeyError, TypeError, DpsynthError) as exc:
+            out.missing[name] = str(exc)
+            log.info("report: no %s (%s)", name, exc)
+    return out
+
+
+def read_privacy(data: dict[str, Any]) -> PrivacySpend:
+    """Figures from a ledger dict, recomputed from its charges when the ledger module is
+    present (a report's ε must not trust a stored number), else as stored."""
+    ledger_class = _ledger_class()
+    if ledger_class is not None and "charges" in data:
+        ledger = ledger_class.from_dict(data)
+        spent, breakdown = ledger.spent(), ledger.breakdown()
+        source = f"recomputed from the {len(data['charges'])} recorded releases"
+    else:
+        spent, breakdown = data.get("spent", {}).get("epsilon"), data.get("breakdown", {})
+        source = "as stored in privacy.json (not recomputed from recorded releases)"
+    budget = data.get("budget", {})
+    stages = tuple(
+        StageSpend(name, info.get("epsilon_alone"), info.get("releases"),
+                   tuple(info.get("mechanisms", ())))
+        for name, info in breakdown.items())
+    return PrivacySpend(budget.get("epsilon"), budget.get("delta"), spent, stages, source)
+
+
+def _ledger_class():
+    """The privacy ledger type, where this install has it."""
+    try:
+        from dpsynth.privacy.ledger import PrivacyLedger
+    except ImportError:
+        return None
+    return PrivacyLedger
+
+
+def _privacy(run_dir: Path) -> PrivacySpend:
+    path = run_dir / "privacy.json"
+    if not path.exists():
+        raise FileNotFoundError("no privacy.json in the run folder")
+    return read_privacy(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _iterations(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError("no metrics.jsonl in the run folder")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError(f"metrics.jsonl line {number} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def _synthetic(run_dir: Path) -> TextTable:
+    for name in SYNTHETIC_NAMES:
+        if (run_dir / name).exists():
+            return read_text_table(run_dir / name)
+    raise FileNotFoundError(f"no synthetic set ({', '.join(SYNTHETIC_NAMES)})")
+
+
+def _evaluation(run_dir: Path) -> EvalResult:
+    for folder in (run_dir / "eval", run_dir):
+        if (folder / METRICS_FILE).exists():
+            return EvalResult.read(folder)
+    raise FileNotFoundError(
+        f"no eval/{METRICS_FILE} (and {FIGURES_FILE}); run `dpsynth eval --synthetic "
+        f"<synthetic file> --real-test <test file> --output {run_dir / 'eval'}`")

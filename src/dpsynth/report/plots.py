@@ -1,0 +1,159 @@
+"""Plots as inline SVG strings: matplotlib figures without pyplot's global state."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dpsynth.errors import InputError
+
+REAL, SYNTHETIC = "#4c72b0", "#dd8452"
+
+
+def _legend(ax) -> None:
+    """Legend beside the axes, where it cannot cover bars or points."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize="small")
+
+
+def _figure(width: float = 6.4, height: float = 3.2):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise InputError("plots in the report need the 'report' extra: "
+                         "pip install 'dpsynth[report]'") from None
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def to_svg(fig) -> str:
+    """The figure as an `<svg>` element, text kept as text, without the XML prologue."""
+    from matplotlib import rc_context
+
+    buffer = io.StringIO()
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "dpsynth"}):
+        fig.savefig(buffer, format="svg")
+    svg = buffer.getvalue()
+    return svg[svg.index("<svg"):]
+
+
+def stage_spend(stages: Sequence[tuple[str, float]], total: float | None,
+                budget: float | None) -> str:
+    """Horizontal bars: ε each stage would cost alone, with the composed total and budget."""
+    fig = _figure(8.0, 0.9 + 0.45 * max(len(stages), 1))
+    ax = fig.subplots()
+    names = [name for name, _ in stages]
+    ax.barh(names, [value for _, value in stages], color=SYNTHETIC)
+    ax.invert_yaxis()
+    if total is not None:
+        ax.axvline(total, color="black", linestyle="-", label=f"composed total ε = {total:.3g}")
+    if budget is not None:
+        ax.axvline(budget, color="red", linestyle="--", label=f"budget ε = {budget:.3g}")
+    ax.set_xlabel("ε (each stage alone, at the budget's δ)")
+    if total is not None or budget is not None:
+        _legend(ax)
+    return to_svg(fig)
+
+
+def iteration_curves(rows: Sequence[dict[str, Any]]) -> str:
+    """One small panel per numeric field of the per-iteration metrics."""
+    xs = [row.get("iteration", i) for i, row in enumerate(rows)]
+    fields = sorted({k for row in rows for k, v in row.items()
+                     if k != "iteration" and isinstance(v, int | float)
+                     and not isinstance(v, bool)})
+    if not fields:
+        raise InputError("metrics.jsonl has no numeric fields to plot")
+    cols = min(3, len(fields))
+    nrows = -(-len(fields) // cols)
+    fig = _figure(3.0 * cols, 2.3 * nrows)
+    axes = np.atleast_1d(fig.subplots(nrows, cols, squeeze=False)).ravel()
+    for ax, name in zip(axes, fields, strict=False):
+        points = [(x, row[name]) for x, row in zip(xs, rows, strict=True)
+                  if isinstance(row.get(name), int | float)]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                color=SYNTHETIC)
+        ax.set_title(name, fontsize="small")
+        ax.set_xlabel("iteration", fontsize="small")
+    for ax in axes[len(fields):]:
+        ax.set_visible(False)
+    return to_svg(fig)
+
+
+def length_histogram(real: Sequence[int] | None, synthetic: Sequence[int]) -> str:
+    """Word-length distributions, as densities so sets of different sizes compare."""
+    fig = _figure(8.0, 3.2)
+    ax = fig.subplots()
+    values = [*synthetic, *(real or [])]
+    bins = np.histogram_bin_edges(values, bins=min(40, max(5, len(set(values)))))
+    if real:
+        ax.hist(real, bins=bins, density=True, alpha=0.55, color=REAL, label="real test")
+    ax.hist(synthetic, bins=bins, density=True, alpha=0.55, color=SYNTHETIC, label="synthetic")
+    ax.set_xlabel("words per text")
+    ax.set_ylabel("density")
+    _legend(ax)
+    return to_svg(fig)
+
+
+def label_bars(real: dict[str, float] | None, synthetic: dict[str, float]) -> str:
+    """Share of each label, side by side."""
+    classes = sorted(set(synthetic) | set(real or {}))
+    fig = _figure(8.0, 3.2)
+    ax = fig.subplots()
+    x = np.arange(len(classes))
+    width = 0.4 if real else 0.8
+    if real:
+        ax.bar(x - width / 2, [real.get(c, 0.0) for c in classes], width, color=REAL,
+               label="real test")
+    ax.bar(x + (width / 2 if real else 0), [synthetic.get(c, 0.0) for c in classes], width,
+           color=SYNTHETIC, label="synthetic")
+    ax.set_xticks(x, [_short(c) for c in classes], rotation=30 if len(classes) > 5 else 0,
+                  ha="right" if len(classes) > 5 else "center")
+    ax.set_ylabel("share")
+    _legend(ax)
+    return to_svg(fig)
+
+
+def embedding_map(real: Sequence[Sequence[float]], synthetic: Sequence[Sequence[float]],
+                  explained: Sequence[float] | None = None) -> str:
+    """The two sets on the first two principal components of their embeddings."""
+    fig = _figure(8.0, 5.2)
+    ax = fig.subplots()
+    r, s = np.asarray(real), np.asarray(synthetic)
+    if len(r):
+        ax.scatter(r[:, 0], r[:, 1], s=8, alpha=0.5, color=REAL, label="real test")
+    if len(s):
+        ax.scatter(s[:, 0], s[:, 1], s=8, alpha=0.5, color=SYNTHETIC, label="synthetic")
+    pct = [f" ({100 * v:.0f}% of variance)" for v in explained] if explained else ["", ""]
+    ax.set_xlabel("PC 1" + pct[0])
+    ax.set_ylabel("PC 2" + pct[1])
+    _legend(ax)
+    return to_svg(fig)
+
+
+def similarity_histogram(edges: Sequence[float], counts: Sequence[int],
+                         baseline: Sequence[int] | None = None) -> str:
+    """Nearest-private-neighbour similarity: synthetic records vs fresh real test records."""
+    fig = _figure(8.0, 3.2)
+    ax = fig.subplots()
+    centres = (np.asarray(edges[:-1]) + np.asarray(edges[1:])) / 2
+    width = (edges[1] - edges[0]) * (0.45 if baseline is not None else 0.9)
+
+    def shares(c: Sequence[int]) -> np.ndarray:
+        return np.asarray(c) / max(sum(c), 1)
+
+    if baseline is not None:
+        ax.bar(centres - width / 2, shares(baseline), width, color=REAL,
+               label="real test → private (baseline)")
+    ax.bar(centres + (width / 2 if baseline is not None else 0), shares(counts), width,
+           color=SYNTHETIC, label="synthetic → private")
+    ax.set_xlabel("cosine similarity to the nearest private record")
+    ax.set_ylabel("share of records")
+    _legend(ax)
+    return to_svg(fig)
+
+
+def _short(label: str, limit: int = 18) -> str:
+    label = re.sub(r"\s+", " ", label)
+    return label if len(label) <= limit else label[: limit - 1] + "…"

@@ -1,0 +1,72 @@
+"""The utility benchmark's rows and outputs, on tiny generated data with fake backends."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpsynth.backends import factory
+from dpsynth.backends.base import Generator
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "utility.py"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    spec = importlib.util.spec_from_file_location("utility_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+class LabelEcho(Generator):
+    """Writes a text about its condition's label: a stand-in for a generator."""
+
+    def generate(self, conditions):
+        return [f"a short text about {c.label} number {i}" for i, c in enumerate(conditions)]
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        raise NotImplementedError
+
+    def fill(self, masked_texts, conditions):
+        raise NotImplementedError
+
+    def crossover(self, parent_groups, conditions):
+        raise NotImplementedError
+
+
+def _dataset(root: Path) -> None:
+    words = {"sport": "match goal team league coach", "money": "bank shares profit rate stock"}
+    for split, n in (("train", 60), ("test", 40)):
+        rows = [{"text": f"{split} {i} " + words[lab] * (1 + i % 2), "label": lab}
+                for i, lab in enumerate(["sport", "money"] * (n // 2))]
+        (root / "tiny").mkdir(exist_ok=True)
+        pd.DataFrame(rows).to_csv(root / "tiny" / f"{split}.csv", index=False)
+
+
+def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashing_embedder):
+    _dataset(tmp_path)
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: LabelEcho())
+    bench.main(["tiny", "--data-root", str(tmp_path), "--recipes", "dpga", "--epsilons",
+                "1", "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "30",
+                "--no-mauve", "--out", str(tmp_path / "out")])
+    table = pd.read_csv(tmp_path / "out" / "utility-tiny.csv")
+    upper, lower, recipe = (table.iloc[i] for i in range(3))
+    assert upper["row"].startswith("real train") and upper["seeds"] == 2
+    assert upper["accuracy_mean"] > 0.9 and upper["generator_calls_mean"] == 0
+    assert lower["row"].startswith("generator") and lower["generator_calls_mean"] == 20
+    assert recipe["seeds"] == 0 and recipe["note"].startswith("not available")
+    assert pd.isna(recipe["accuracy_mean"])
+    markdown = (tmp_path / "out" / "utility-tiny.md").read_text()
+    assert "± " in markdown and "not available" in markdown
+
+
+def test_lower_bound_is_not_available_without_a_generator(bench, monkeypatch):
+    monkeypatch.delitem(factory.GENERATORS, "offline", raising=False)
+    table = bench.TextTable(["x", "y"], ["a", "b"], "t")
+    with pytest.raises(bench.NotAvailable, match="offline"):
+        bench._lower_bound(table, 4, 0, "offline")
