@@ -55,9 +55,9 @@ def test_bad_log_level(capsys):
     assert run_cli("plan", "--log-level", "loud") == 2
 
 
-def test_commands_not_yet_available_say_so(tmp_path, capsys):
-    assert run_cli("report", str(tmp_path)) == 1
-    assert "not available yet" in capsys.readouterr().err
+def test_report_of_a_missing_folder_is_bad_input(tmp_path, capsys):
+    assert run_cli("report", str(tmp_path / "absent")) == 2
+    assert "not a run folder" in capsys.readouterr().err
 
 
 def test_help_lists_every_command():
