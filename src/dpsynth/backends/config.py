@@ -30,6 +30,8 @@ class GeneratorConfig(BaseModel):
     concurrency: int = Field(8, gt=0)
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    seed: int | None = Field(None, description="fixes sampling in local generators; "
+                             "omit for fresh randomness")
 
 
 class BackendsConfig(BaseModel):

@@ -28,7 +28,16 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
     "minilm": _minilm,
     "sentence-transformers": _sentence_transformers,
 }
-GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {}
+def _offline(cfg: GeneratorConfig) -> Generator:
+    from dpsynth.backends.offline.generator import OfflineGenerator
+
+    return OfflineGenerator(cfg.model, temperature=cfg.temperature, top_p=cfg.top_p,
+                            seed=cfg.seed)
+
+
+GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
+    "offline": _offline,
+}
 
 
 def build_embedder(cfg: EmbedderConfig) -> Embedder:
