@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -53,10 +55,10 @@ PUBLIC_SOURCES = {  # folder -> (kind phrase used as the condition's type, words
 MAX_DOC_WORDS = 140
 MIN_DOC_WORDS = 5
 HELDOUT_PER_KIND = 300
+HELDOUT_MAX_SHARE = 0.05
 FIM_RATE = 0.25
 VOCAB_SIZE = 8192
 CONTEXT = 256
-ARCH = {"n_layer": 4, "n_embd": 256, "n_head": 4}
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -76,7 +78,7 @@ def refuse_private(path: Path) -> None:
     """Stop if a path names one of the private benchmark sets."""
     hit = PRIVATE_SETS.intersection(path.parts)
     if hit:
-        sys.exit(f"refusing {path}: '{hit.pop()}' is a private set of the benchmarks, "
+        sys.exit(f"refusing {path}: '{min(hit)}' is a private set of the benchmarks, "
                  "never public training text")
 
 
@@ -225,8 +227,10 @@ def prepare(args: argparse.Namespace) -> None:
     by_kind: dict[str, list[Doc]] = {}
     for d in docs:
         by_kind.setdefault(d.kind, []).append(d)
-    heldout = [d for kind_docs in by_kind.values() for d in kind_docs[:HELDOUT_PER_KIND]]
-    train = [d for kind_docs in by_kind.values() for d in kind_docs[HELDOUT_PER_KIND:]]
+    cut = {k: min(HELDOUT_PER_KIND, math.ceil(HELDOUT_MAX_SHARE * len(v)))
+           for k, v in by_kind.items()}
+    heldout = [d for k, kind_docs in by_kind.items() for d in kind_docs[: cut[k]]]
+    train = [d for k, kind_docs in by_kind.items() for d in kind_docs[cut[k] :]]
     extractor = fit_keywords(train)
     for d in docs:
         d.keywords = extractor.top(d.text)
@@ -282,6 +286,12 @@ def save_atomic(obj: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def arch(args: argparse.Namespace) -> dict[str, int]:
+    """Model shape from the train arguments (defaults for checkpoints that predate them)."""
+    return {"n_layer": getattr(args, "n_layer", 4), "n_embd": getattr(args, "n_embd", 256),
+            "n_head": getattr(args, "n_head", 4)}
+
+
 def train(args: argparse.Namespace) -> None:
     import torch
 
@@ -291,7 +301,7 @@ def train(args: argparse.Namespace) -> None:
     tok = load_tokenizer(cache)
     torch.manual_seed(args.seed)
     model = build_model(tok.get_vocab_size(), tok.token_to_id(fmt.EOS), n_positions=CONTEXT,
-                        **ARCH)
+                        **arch(args))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=0.1)
     ckpt_path = cache / "checkpoint.pt"
@@ -304,6 +314,8 @@ def train(args: argparse.Namespace) -> None:
         state = ckpt["state"]
         print(f"resumed at step {state['step']}", flush=True)
     model.train()
+    stop = {"asked": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(asked=True))  # finish step, save, exit
     data = batches(rows, args.batch, args.seed, state["epoch"], state["index"])
     log = (cache / "train.log").open("a", encoding="utf-8")
     chunks = 0
@@ -311,7 +323,7 @@ def train(args: argparse.Namespace) -> None:
         chunk_start = time.time()
         window_loss, window_tokens, window_start = 0.0, 0, time.time()
         deadline = chunk_start + args.chunk_minutes * 60
-        while state["step"] < args.max_steps and time.time() < deadline:
+        while state["step"] < args.max_steps and time.time() < deadline and not stop["asked"]:
             epoch, index, batch = next(data)
             ids = torch.from_numpy(batch.astype(np.int64))
             valid = ids >= 0
@@ -346,6 +358,8 @@ def train(args: argparse.Namespace) -> None:
         chunks += 1
         print(f"checkpoint at step {state['step']} ({state['seconds'] / 60:.1f} min)",
               flush=True)
+        if stop["asked"]:
+            return
 
 
 def export(args: argparse.Namespace) -> None:
@@ -357,7 +371,7 @@ def export(args: argparse.Namespace) -> None:
     ckpt = torch.load(cache / "checkpoint.pt", weights_only=False)
     tok = load_tokenizer(cache)
     model = build_model(tok.get_vocab_size(), tok.token_to_id(fmt.EOS), n_positions=CONTEXT,
-                        **ARCH)
+                        **arch(argparse.Namespace(**ckpt["args"])))
     model.load_state_dict(ckpt["model"])
     out.mkdir(parents=True, exist_ok=True)
     model.half().save_pretrained(out, safe_serialization=True)
@@ -411,6 +425,9 @@ def main() -> None:
     t.add_argument("--warmup", type=int, default=100)
     t.add_argument("--decay-frac", type=float, default=0.25)
     t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--n-layer", type=int, default=4)
+    t.add_argument("--n-embd", type=int, default=256)
+    t.add_argument("--n-head", type=int, default=4)
     t.add_argument("--chunk-minutes", type=float, default=9.0,
                    help="save a checkpoint at least this often (resume from it any time)")
     t.add_argument("--max-chunks", type=int, default=0, help="stop after this many chunks "
