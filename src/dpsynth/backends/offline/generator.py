@@ -239,11 +239,13 @@ class OfflineGenerator(Generator):
             width = max(len(p) + len(b) for p, b in rows)
             ids = torch.full((len(rows), width), self.classes.eos, dtype=torch.long)
             labels = torch.full((len(rows), width), -100, dtype=torch.long)
+            attention = torch.zeros((len(rows), width), dtype=torch.long)
             for r, (p, b) in enumerate(rows):
                 ids[r, : len(p) + len(b)] = torch.tensor(p + b)
                 labels[r, len(p) : len(p) + len(b)] = torch.tensor(b)
+                attention[r, : len(p) + len(b)] = 1
             with torch.no_grad():
-                logits = self.model(input_ids=ids).logits[:, :-1].float()
+                logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
             target = labels[:, 1:]
             losses = torch.nn.functional.cross_entropy(
                 logits.transpose(1, 2), target.clamp(min=0), reduction="none")

@@ -29,6 +29,7 @@ def build_model(vocab_size: int, eos_id: int, n_layer: int = 4, n_embd: int = 25
                         n_layer=n_layer, n_head=n_head, bos_token_id=eos_id,
                         eos_token_id=eos_id, pad_token_id=eos_id,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        activation_function="gelu_pytorch_tanh",
                         tie_word_embeddings=False)
     return GPT2LMHeadModel(config)
 
