@@ -388,23 +388,32 @@ def export(args: argparse.Namespace) -> None:
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    """Perplexity of held-out public documents per kind: given their condition, and without."""
+    """Perplexity of held-out public documents per kind, given their condition and without:
+    per token of this tokenizer, and per word (comparable across tokenizers)."""
     from dpsynth.backends.offline.generator import OfflineGenerator
 
-    gen = OfflineGenerator(model_dir=args.out)
+    gen = OfflineGenerator(model_dir=args.out, batch_size=32)
     docs = [Doc(**json.loads(line)) for line in
             (Path(args.cache) / "heldout.jsonl").read_text(encoding="utf-8").splitlines()]
     report: dict[str, dict[str, float]] = {}
+    totals = np.zeros(3)  # nll without condition, tokens, words
     for kind in dict.fromkeys(d.kind for d in docs):
-        texts = [d.text for d in docs if d.kind == kind]
+        picked = [d for d in docs if d.kind == kind][: args.per_kind]
+        texts = [d.text for d in picked]
+        words = sum(fmt.count_words(t) for t in texts)
         conds = [fmt.Fields(kind=d.kind, label=d.label, keywords=d.keywords[:4],
-                            length=fmt.count_words(d.text)) for d in docs if d.kind == kind]
-        report[kind] = {"token_ppl_unconditioned": gen.token_perplexity(texts),
-                        "token_ppl_conditioned": gen.token_perplexity(texts, conds),
-                        "documents": len(texts)}
-    everything = [d.text for d in docs]
-    report["all"] = {"token_ppl_unconditioned": gen.token_perplexity(everything),
-                     "documents": len(everything)}
+                            length=fmt.count_words(d.text)) for d in picked]
+        plain_nll, tokens = (float(x.sum()) for x in gen._nll(texts))
+        cond_nll = float(gen._nll(texts, conds)[0].sum())
+        report[kind] = {"documents": len(texts), "tokens": int(tokens), "words": words,
+                        "token_ppl": math.exp(plain_nll / tokens),
+                        "token_ppl_given_condition": math.exp(cond_nll / tokens),
+                        "word_ppl": math.exp(plain_nll / words),
+                        "word_ppl_given_condition": math.exp(cond_nll / words)}
+        totals += (plain_nll, tokens, words)
+    report["all"] = {"documents": sum(r["documents"] for r in report.values()),
+                     "token_ppl": math.exp(totals[0] / totals[1]),
+                     "word_ppl": math.exp(totals[0] / totals[2])}
     (Path(args.cache) / "eval.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     print(json.dumps(report, indent=1), flush=True)
 
@@ -435,6 +444,9 @@ def main() -> None:
     for name in ("export", "evaluate"):
         e = sub.add_parser(name)
         e.add_argument("--out", default=str(asset_dir()))
+        if name == "evaluate":
+            e.add_argument("--per-kind", type=int, default=200,
+                           help="held-out documents scored per kind of document")
     args = parser.parse_args()
     {"prepare": prepare, "train": train, "export": export, "evaluate": evaluate}[args.command](
         args)
