@@ -114,3 +114,28 @@ def test_apply_split_overrides_fractions_and_names_bad_keys():
         apply_split(stages, {"vote": 0.5})
     with pytest.raises(ConfigError, match="sum to"):
         apply_split(stages, {"votes": 0.9})
+
+
+def test_fixed_noise_is_kept_and_the_rest_fills_the_budget():
+    stages = [StageSpec("histogram", "gaussian", 0.1),
+              StageSpec("training", "subsampled_gaussian", 0.9, compositions=50,
+                        sampling_rate=0.05)]
+    plan = plan_budget(2.0, 1e-5, stages, fixed={"histogram": 10.0}, discretization=1e-3)
+    assert plan.stage("histogram").noise_scale == 10.0
+    assert plan.epsilon_composed <= 2.0
+    assert plan.epsilon_composed > 1.97
+    free = plan_budget(2.0, 1e-5, stages, discretization=1e-3)
+    # σ = 10 costs more than the histogram's free share (σ ≈ 18): training pays for it
+    assert free.stage("histogram").noise_scale > 10.0
+    assert plan.stage("training").noise_scale > free.stage("training").noise_scale
+
+
+def test_fixed_noise_that_costs_more_than_its_share_takes_it_from_the_others():
+    stages = [StageSpec("histogram", "gaussian", 0.1),
+              StageSpec("votes", "gaussian", 0.9, compositions=4)]
+    loose = plan_budget(1.0, 1e-5, stages, discretization=1e-3)
+    pinned = plan_budget(1.0, 1e-5, stages, fixed={"histogram": 8.0}, discretization=1e-3)
+    assert pinned.stage("votes").noise_scale > loose.stage("votes").noise_scale
+    assert pinned.epsilon_composed <= 1.0
+    with pytest.raises(ValueError, match="alone spends the whole budget"):
+        plan_budget(1.0, 1e-5, stages, fixed={"histogram": 2.0}, discretization=1e-3)

@@ -154,9 +154,19 @@ def apply_split(stages: list[StageSpec], split: dict[str, float] | None) -> list
 
 
 def plan_budget(epsilon: float, delta: float, stages: list[StageSpec], *,
-                tighten: bool = True, discretization: float = 1e-4) -> BudgetPlan:
-    """Noise scale per stage so that all stages composed by PLD spend at most (ε, δ)."""
+                tighten: bool = True, discretization: float = 1e-4,
+                fixed: dict[str, float] | None = None) -> BudgetPlan:
+    """Noise scale per stage so that all stages composed by PLD spend at most (ε, δ).
+
+    `fixed` pins some stages' noise scales (a paper's default σ); the others are calibrated
+    around them, their common factor free to grow when the pinned stages cost more than their
+    fractions.
+    """
+    fixed = fixed or {}
     names = [s.name for s in stages]
+    unknown = sorted(set(fixed) - set(names))
+    if unknown:
+        raise ValueError(f"fixed noise for unknown stage(s) {unknown}; stages are {names}")
     if not stages or len(set(names)) != len(names):
         raise ValueError(f"need at least one stage and unique stage names, got {names}")
     total_fraction = sum(s.fraction for s in stages)
@@ -167,22 +177,31 @@ def plan_budget(epsilon: float, delta: float, stages: list[StageSpec], *,
     if pld_delta <= 0:
         raise ValueError(f"fixed-δ stages need δ={fixed_delta:g}, the budget has {delta:g}")
 
-    alone = [calibrate(s.event_for, epsilon * s.fraction,
+    pinned = [s.event_for(fixed[s.name]) for s in stages if s.name in fixed]
+    if pinned and epsilon_of(dp_event.ComposedDpEvent(pinned), delta, discretization) >= epsilon:
+        raise ValueError(f"the fixed noise of {sorted(fixed)} alone spends the whole budget "
+                         f"ε={epsilon}; give those stages more noise or the run more ε")
+    alone = [fixed[s.name] if s.name in fixed else
+             calibrate(s.event_for, epsilon * s.fraction,
                        pld_delta * s.fraction + additive_delta(s.event_for(1.0)),
                        discretization=discretization) for s in stages]
 
+    def scale(stage: StageSpec, base: float, factor: float) -> float:
+        return base if stage.name in fixed else base * factor
+
     def composed(factor: float) -> dp_event.DpEvent:
-        return dp_event.ComposedDpEvent([s.event_for(a * factor) for s, a in zip(stages, alone,
-                                                                                    strict=True)])
+        return dp_event.ComposedDpEvent([s.event_for(scale(s, a, factor))
+                                         for s, a in zip(stages, alone, strict=True)])
 
     factor = 1.0
-    if tighten:
-        factor = min(1.0, calibrate(composed, epsilon, delta, discretization=discretization,
-                                    start=1.0))
+    if tighten or fixed:
+        found = calibrate(composed, epsilon, delta, discretization=discretization, start=1.0)
+        factor = found if fixed else min(1.0, found)
     total = epsilon_of(composed(factor), delta, discretization)
     if not total <= epsilon:
         raise RuntimeError(f"plan spends ε={total} > {epsilon}; refusing it")
-    plans = [StagePlan(s, a * factor, epsilon_of(s.event_for(a * factor), delta, discretization))
+    plans = [StagePlan(s, scale(s, a, factor),
+                       epsilon_of(s.event_for(scale(s, a, factor)), delta, discretization))
              for s, a in zip(stages, alone, strict=True)]
     return BudgetPlan(epsilon, delta, plans, total,
                       rdp_epsilon([p.spec.event_for(p.noise_scale) for p in plans], delta))
