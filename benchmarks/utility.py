@@ -179,7 +179,7 @@ def _get(metrics: dict, path: tuple[str, ...]) -> float:
         if not isinstance(metrics, dict) or key not in metrics:
             return math.nan
         metrics = metrics[key]
-    return float(metrics)
+    return float(metrics) if isinstance(metrics, int | float) else math.nan  # "skipped: …"
 
 
 def _write(rows: list[Row], args: argparse.Namespace) -> None:
