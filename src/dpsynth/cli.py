@@ -19,6 +19,7 @@ from dpsynth.errors import DpsynthError
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
 from dpsynth.plan import make_plan, print_plan
+from dpsynth.runner import run as run_recipe
 
 log = logging.getLogger("dpsynth.cli")
 app = typer.Typer(
@@ -77,10 +78,12 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     setup_logging(level, cfg.output.dir / "run.log")
     run_plan = make_plan(cfg)
     print_plan(run_plan, out)
-    raise DpsynthError(
-        f"recipe '{cfg.recipe.name}' has no implementation yet: recipes land with the recipe "
-        "issues; `dpsynth plan` validates the data and prints the plan meanwhile"
-    )
+    outputs = run_recipe(cfg, run_plan=run_plan)
+    out.print(f"synthetic data: {outputs.synthetic}\n"
+              f"privacy spend:  {outputs.privacy} (ε = {outputs.ledger.spent():.4g} of "
+              f"{outputs.ledger.epsilon:g}, δ = {outputs.ledger.delta:.3g})\n"
+              f"diagnostics:    {outputs.metrics}\n"
+              f"log:            {cfg.output.dir / 'run.log'}")
 
 
 @app.command("eval")

@@ -23,7 +23,6 @@ def setup_logging(level: str = "info", log_file: Path | None = None) -> None:
         logger.removeHandler(handler)
         handler.close()
     logger.setLevel(level.upper())
-    logger.propagate = False
     console = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
     console.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(console)

@@ -9,7 +9,9 @@ from rich.table import Table
 
 from dpsynth.config import RunConfig
 from dpsynth.data import LoadedData, load_private
+from dpsynth.methods.registry import RECIPES, build_recipe
 from dpsynth.privacy.config import resolve_delta
+from dpsynth.privacy.planning import plan_table
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,10 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     table.add_row("generator", cfg.backends.generator.name)
     table.add_row("output", f"{cfg.output.dir} ({cfg.output.format})")
     console.print(table)
+    if cfg.recipe.name in RECIPES:
+        recipe = build_recipe(cfg.recipe, cfg.budget.split)
+        budget = recipe.plan(ds, plan.epsilon, plan.delta)
+        console.print(plan_table(budget, title=f"privacy plan: {cfg.recipe.name}"))
+        calls = recipe.expected_generations(ds)
+        console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
+                      + f" (total {sum(calls.values()):,})")

@@ -1,6 +1,7 @@
 """Backends: embedders and generators behind one interface each, chosen by name in the config."""
 
-from dpsynth.backends.base import BLANK, Condition, Embedder, Generator
+from dpsynth.backends.base import BLANK, FAILED, BackendError, Condition, Embedder, Generator
 from dpsynth.backends.factory import build_embedder, build_generator
 
-__all__ = ["BLANK", "Condition", "Embedder", "Generator", "build_embedder", "build_generator"]
+__all__ = ["BLANK", "FAILED", "BackendError", "Condition", "Embedder", "Generator",
+           "build_embedder", "build_generator"]

@@ -13,8 +13,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsynth.errors import DpsynthError
+
 BLANK = "_"
 """The blank marker in texts passed to `Generator.fill`, as in dpga-textsyn's prompts."""
+
+
+class BackendError(DpsynthError):
+    """A backend refused in a way no retry can fix (authentication, unknown URL or model)."""
+
+
+FAILED = ""
+"""The output a generator gives for one input it could not serve; see `Generator`."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +53,40 @@ class Embedder(ABC):
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Return an (n, dim) float32 array whose rows have unit L2 norm."""
 
+    def encode_private(self, texts: Sequence[str]) -> np.ndarray:
+        """`encode` for private texts: wrappers that store anything (a cache) bypass it here.
+
+        `PrivateDataset.embed` calls this, never `encode`.
+        """
+        return self.encode(texts)
+
+    def identity(self) -> dict[str, object]:
+        """What determines the output besides the input: part of every cache key."""
+        return {"backend": type(self).__name__}
+
+    def usage(self) -> dict[str, float]:
+        """Counters for the report (requests, tokens, estimated cost) where they apply."""
+        return {}
+
 
 class Generator(ABC):
-    """The text operations the recipes need, each batched: one output per input."""
+    """The text operations the recipes need, each batched: one output per input.
+
+    An output that could not be produced (the backend failed for that one input after its
+    retries, or returned something malformed) is the empty string `FAILED`; callers drop or
+    redo those. Errors that no retry can fix (a bad key, an unknown model) raise instead.
+    """
 
     is_remote: bool = False
+
+    def identity(self) -> dict[str, object]:
+        """What determines the output besides the input (backend, model, sampling parameters,
+        prompt set): part of every cache key."""
+        return {"backend": type(self).__name__}
+
+    def usage(self) -> dict[str, float]:
+        """Counters for the report: calls, tokens, failures, estimated cost (where known)."""
+        return {}
 
     @abstractmethod
     def generate(self, conditions: Sequence[Condition]) -> list[str]:

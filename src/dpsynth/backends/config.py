@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class Price(BaseModel):
+    """US dollars per million tokens, for the cost estimate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0)
+    output: float = Field(0.0, ge=0)
+
+
+class HttpConfig(BaseModel):
+    """How an OpenAI-compatible client talks to its server (shared by embedder and generator)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests_per_minute: float | None = Field(None, gt=0)
+    tokens_per_minute: float | None = Field(None, gt=0)
+    timeout_s: float = Field(60.0, gt=0, description="per request, connect to last byte")
+    max_retries: int = Field(6, ge=0, description="retries of one request on 429/5xx/timeouts")
+    backoff_s: float = Field(1.0, gt=0, description="first backoff; doubles each retry")
+    max_backoff_s: float = Field(60.0, gt=0)
+    api_version: str | None = Field(
+        None, description="Azure-style endpoint: sent as ?api-version= with an api-key header"
+    )
 
 
 class EmbedderConfig(BaseModel):
@@ -15,8 +41,23 @@ class EmbedderConfig(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     batch_size: int = Field(64, gt=0)
+    concurrency: int = Field(4, gt=0, description="openai: requests in flight at once")
     allow_remote_on_private: bool = Field(
         False, description="explicit opt-in to send private text to a remote embedder"
+    )
+    dim: int | None = Field(
+        None, gt=0, description="output dimension: tfidf's SVD size; for openai, the "
+        "'dimensions' request field (models that support it)"
+    )
+    fit_texts: Path | None = Field(
+        None, description="tfidf: a PUBLIC text file (.txt one text per line, or csv/jsonl/"
+        "parquet/hf with fit_text_column) the vectoriser is fit on; never the private data"
+    )
+    fit_text_column: str = "text"
+    http: HttpConfig = HttpConfig()
+    price: Price | None = Field(None, description="overrides the built-in price table")
+    cache: Path | None = Field(
+        None, description="SQLite file caching embeddings of public and synthetic text"
     )
 
 
@@ -27,9 +68,25 @@ class GeneratorConfig(BaseModel):
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
-    concurrency: int = Field(8, gt=0)
+    concurrency: int = Field(8, gt=0, description="openai: requests in flight at once")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(512, gt=0, description="cap on generated tokens per output")
+    seed: int | None = Field(None, description="sampling seed sent to / used by the backend")
+    prompts: str = Field(
+        "generic", description="a built-in prompt set (generic, openreview, pubmed, "
+        "classification) or a path to your own YAML prompt file"
+    )
+    batch_size: int = Field(8, gt=0, description="hf: prompts per forward batch")
+    device: str | None = Field(None, description="hf: torch device (default cpu)")
+    http: HttpConfig = HttpConfig()
+    price: Price | None = Field(None, description="overrides the built-in price table")
+    dry_run: bool = Field(
+        False, description="count calls and tokens, send nothing, return placeholder text"
+    )
+    cache: Path | None = Field(
+        None, description="SQLite file caching generations, so reruns pay nothing twice"
+    )
 
 
 class BackendsConfig(BaseModel):

@@ -1,18 +1,46 @@
-"""Build backends by name from the config: adding a backend is one entry here and a new file."""
+"""Build backends by name from the config: adding a backend is one entry here and a new file.
+
+A builder takes the config section, with its relative paths already read against `base_dir`
+(the config file's folder). `build_*` wraps the result in the content cache when the section
+names a `cache:` file.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 from dpsynth.backends.base import Embedder, Generator
 from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
 from dpsynth.errors import ConfigError
 
+C = TypeVar("C", EmbedderConfig, GeneratorConfig)
+
+
+def _with_paths_resolved(cfg: C, base_dir: Path | None) -> C:
+    """The section with its file paths read relative to the config's folder: `cache`,
+    `fit_texts`, a `prompts` file, and `model` where that names an existing folder there."""
+    if base_dir is None:
+        return cfg
+    update: dict[str, object] = {}
+    for key in ("cache", "fit_texts"):
+        value = getattr(cfg, key, None)
+        if value is not None and not Path(value).is_absolute():
+            update[key] = base_dir / value
+    prompts = getattr(cfg, "prompts", None)
+    if prompts and prompts.endswith((".yaml", ".yml")) and not Path(prompts).is_absolute():
+        update["prompts"] = str(base_dir / prompts)
+    if cfg.model and not Path(cfg.model).is_absolute() and (base_dir / cfg.model).exists():
+        update["model"] = str(base_dir / cfg.model)
+    return cfg.model_copy(update=update) if update else cfg
+
 
 def _minilm(cfg: EmbedderConfig) -> Embedder:
     from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder, minilm_path
 
-    return SentenceTransformerEmbedder(cfg.model or minilm_path(), batch_size=cfg.batch_size)
+    return SentenceTransformerEmbedder(cfg.model or minilm_path(),
+                                       batch_size=cfg.batch_size)
 
 
 def _sentence_transformers(cfg: EmbedderConfig) -> Embedder:
@@ -24,24 +52,73 @@ def _sentence_transformers(cfg: EmbedderConfig) -> Embedder:
     return SentenceTransformerEmbedder(cfg.model, batch_size=cfg.batch_size)
 
 
+def _openai_embedder(cfg: EmbedderConfig) -> Embedder:
+    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
+
+    return OpenAIEmbedder(cfg)
+
+
+def _tfidf(cfg: EmbedderConfig) -> Embedder:
+    from dpsynth.backends.tfidf import TfidfEmbedder, read_public_texts
+
+    if cfg.fit_texts is None:
+        raise ConfigError("backends.embedder.fit_texts: name a PUBLIC text file to fit the "
+                          "tfidf embedder on (never the private data)")
+    return TfidfEmbedder(read_public_texts(cfg.fit_texts, cfg.fit_text_column), dim=cfg.dim or 256)
+
+
+def _openai_generator(cfg: GeneratorConfig) -> Generator:
+    from dpsynth.backends.openai_chat import OpenAIChatGenerator
+    from dpsynth.backends.prompt_sets import load_prompt_set
+
+    return OpenAIChatGenerator(cfg, load_prompt_set(cfg.prompts))
+
+
+def _hf_generator(cfg: GeneratorConfig) -> Generator:
+    from dpsynth.backends.hf import HFGenerator
+    from dpsynth.backends.prompt_sets import load_prompt_set
+
+    if cfg.model is None:
+        raise ConfigError("backends.generator.model: a local Hugging Face model folder is "
+                          "required for name: hf")
+    return HFGenerator(cfg.model, load_prompt_set(cfg.prompts), cfg)
+
+
 EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
     "minilm": _minilm,
     "sentence-transformers": _sentence_transformers,
+    "openai": _openai_embedder,
+    "tfidf": _tfidf,
 }
-GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {}
+GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
+    "openai": _openai_generator,
+    "hf": _hf_generator,
+}
 
 
-def build_embedder(cfg: EmbedderConfig) -> Embedder:
-    """The embedder named by `backends.embedder.name`."""
+def build_embedder(cfg: EmbedderConfig, base_dir: Path | None = None) -> Embedder:
+    """The embedder named by `backends.embedder.name`, cached when `cache:` is set."""
     if cfg.name not in EMBEDDERS:
         raise ConfigError(f"backends.embedder.name: '{cfg.name}' is not available yet; "
                           f"choose one of {', '.join(EMBEDDERS)}")
-    return EMBEDDERS[cfg.name](cfg)
+    cfg = _with_paths_resolved(cfg, base_dir)
+    embedder = EMBEDDERS[cfg.name](cfg)
+    if cfg.cache is not None:
+        from dpsynth.backends.cache import CachedEmbedder, ContentCache
+
+        embedder = CachedEmbedder(embedder, ContentCache(cfg.cache))
+    return embedder
 
 
-def build_generator(cfg: GeneratorConfig) -> Generator:
-    """The generator named by `backends.generator.name`."""
+def build_generator(cfg: GeneratorConfig, base_dir: Path | None = None) -> Generator:
+    """The generator named by `backends.generator.name`, cached when `cache:` is set."""
     if cfg.name not in GENERATORS:
         raise ConfigError(f"backends.generator.name: '{cfg.name}' is not available yet; "
                           f"choose one of {', '.join(GENERATORS) or '(none registered)'}")
-    return GENERATORS[cfg.name](cfg)
+    cfg = _with_paths_resolved(cfg, base_dir)
+    generator = GENERATORS[cfg.name](cfg)
+    if cfg.cache is not None:
+        from dpsynth.backends.cache import CachedGenerator, ContentCache
+
+        generator = CachedGenerator(generator, ContentCache(cfg.cache), read_only=cfg.dry_run)
+    return generator

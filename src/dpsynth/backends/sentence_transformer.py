@@ -33,9 +33,16 @@ class SentenceTransformerEmbedder(Embedder):
         self.batch_size = batch_size
         self._model = SentenceTransformer(self.model_path, device=device or "cpu")
 
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder({self.model_path!r})"
+
     @property
     def dim(self) -> int:
-        return int(self._model.get_sentence_embedding_dimension())
+        return int(self._model.get_embedding_dimension())
+
+    def identity(self) -> dict[str, object]:
+        return {"backend": "sentence-transformers", "model": Path(self.model_path).name,
+                "dim": self.dim}
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)

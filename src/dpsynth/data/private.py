@@ -31,6 +31,8 @@ class SupportsEncode(Protocol):
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
+    def encode_private(self, texts: Sequence[str]) -> np.ndarray: ...
+
 
 class PrivateDataset:
     """Private records (text, optional label) grouped into privacy units.
@@ -121,7 +123,11 @@ class PrivateDataset:
         return self._units.copy()
 
     def embed(self, embedder: SupportsEncode, *, allow_remote: bool = False) -> np.ndarray:
-        """Embed the private texts, refusing a remote embedder unless explicitly allowed."""
+        """Embed the private texts, refusing a remote embedder unless explicitly allowed.
+
+        Calls `encode_private`, which cache wrappers pass straight through: private
+        embeddings are never stored.
+        """
         if getattr(embedder, "is_remote", True) and not allow_remote:
             raise InputError(
                 "refusing to send private text to a remote embedder; use a local embedder or "
@@ -129,7 +135,8 @@ class PrivateDataset:
             )
         if getattr(embedder, "is_remote", True):
             log.warning("private texts are being sent to a remote embedder (explicit opt-in)")
-        return embedder.encode(self.texts(Access.LOCAL_EMBEDDING))
+        encode = getattr(embedder, "encode_private", embedder.encode)
+        return encode(self.texts(Access.LOCAL_EMBEDDING))
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> PrivateDataset:
         """The records at `indices`, still private, keeping the label set and units."""

@@ -1,0 +1,48 @@
+"""Checkpoints between iterations: atomic JSON files that hold only public state.
+
+A recipe saves its population (synthetic text), the ledger, the noise source's state and its
+iteration; a resumed run loads the latest and continues, so no release is made twice. JSON,
+not pickle: a checkpoint can be read by a person and cannot carry a `PrivateDataset` (which
+refuses serialisation anyway).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_PREFIX = "step-"
+
+
+class CheckpointStore:
+    """Numbered checkpoints in one folder; the highest number is the latest."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        """Write `state` for `step` atomically (a crash leaves the previous one intact)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        target = self.folder / f"{_PREFIX}{step:05d}.json"
+        fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"step": step, "state": state}, handle, ensure_ascii=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def latest(self) -> tuple[int, dict[str, Any]] | None:
+        """The latest (step, state), or None when nothing was saved."""
+        files = sorted(self.folder.glob(f"{_PREFIX}*.json"))
+        if not files:
+            return None
+        payload = json.loads(files[-1].read_text(encoding="utf-8"))
+        return int(payload["step"]), payload["state"]

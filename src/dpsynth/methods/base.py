@@ -1,0 +1,114 @@
+"""The common shape of a recipe: parameters, the privacy stages it plans, and `run`.
+
+A recipe reads private data only through the ops (which charge the ledger), talks to models
+only through the backends, and keeps everything it checkpoints public.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from dpsynth.backends.base import Embedder, Generator
+from dpsynth.checkpoint import CheckpointStore
+from dpsynth.data import PrivateDataset
+from dpsynth.errors import ConfigError
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
+
+
+@dataclass
+class SyntheticSet:
+    """The output: synthetic texts and, for labelled data, their labels."""
+
+    texts: list[str]
+    labels: list[str] | None = None
+
+
+@dataclass
+class RunContext:
+    """Everything a recipe's `run` may use."""
+
+    private: PrivateDataset
+    ledger: PrivacyLedger
+    noise: NoiseSource
+    embedder: Embedder
+    generator: Generator
+    checkpoints: CheckpointStore
+    """Written through `save`, which adds the ledger and the noise state."""
+    seed: int
+    """Seed of the public randomness (conditions, masks, pairings); never of DP noise."""
+    report: Callable[[dict[str, Any]], None] = field(default=lambda row: None)
+    """Per-iteration diagnostics, computed from DP releases and synthetic data only."""
+    resumed: tuple[int, dict[str, Any]] | None = None
+    """The recipe's state at the checkpoint this run resumed from (ledger, noise and generator
+    cache numbering already restored), or None for a fresh run."""
+    allow_remote_embedding: bool = False
+    """`backends.embedder.allow_remote_on_private`: the user's explicit opt-in."""
+
+    def embed_private(self, private: PrivateDataset | None = None) -> np.ndarray:
+        """Embed private texts (never cached; a remote embedder only with the opt-in)."""
+        return (private or self.private).embed(self.embedder,
+                                                allow_remote=self.allow_remote_embedding)
+
+    def save(self, step: int, state: dict[str, Any]) -> None:
+        """Checkpoint the recipe's public state with the ledger, the noise stream and the
+        generator's cache numbering."""
+        envelope = {"recipe": state, "ledger": self.ledger.to_dict(),
+                    "noise": self.noise.state_dict(), "public_seed": self.seed}
+        if hasattr(self.generator, "state_dict"):
+            envelope["generator"] = self.generator.state_dict()
+        self.checkpoints.save(step, envelope)
+
+
+class Recipe(ABC):
+    """A synthesis recipe: `params` validated at construction, never changed by `run`."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]]
+
+    def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
+        self.params = params
+        self.split = split
+
+    @classmethod
+    def from_config(cls, raw: dict[str, Any], split: dict[str, float] | None = None) -> Recipe:
+        """Validate `recipe.params`; `split` is `budget.split`, overriding stage fractions."""
+        try:
+            return cls(cls.Params.model_validate(raw), split)
+        except ValidationError as exc:
+            details = "; ".join(
+                f"recipe.params.{'.'.join(map(str, e['loc']))}: "
+                + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
+                for e in exc.errors())
+            raise ConfigError(details) from None
+
+    @abstractmethod
+    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+        """The releases this recipe will make, for planning its noise before it runs."""
+
+    @abstractmethod
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        """Generator outputs the run will ask for, per operation (for `dpsynth plan`)."""
+
+    def plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
+        """Noise scales for every stage so that all of them compose to (ε, δ)."""
+        stages = apply_split(self.stages(private, delta), self.split)
+        return _plan(epsilon, delta, tuple(stages))
+
+    @abstractmethod
+    def run(self, ctx: RunContext) -> SyntheticSet:
+        """Synthesise, charging every private release on `ctx.ledger`."""
+
+
+@functools.lru_cache(maxsize=32)
+def _plan(epsilon: float, delta: float, stages: tuple[StageSpec, ...]) -> BudgetPlan:
+    """Calibration takes seconds; a resumed run or `plan` then `run` reuse the answer."""
+    return plan_budget(epsilon, delta, list(stages))

@@ -1,0 +1,276 @@
+"""DPGA-TextSyn (seeds/dpga-textsyn.md): a genetic algorithm over synthetic text whose
+selection is a DP nearest-neighbour vote.
+
+    metadata   SVT length range, Laplace label / length / keyword histograms   (§3.2)
+    τ          DP mean private self-similarity (unaccounted in the paper)      (§3.3.2)
+    init       N_init samples from conditions drawn from the metadata          (§3.2)
+    repeat T:  vote (Poisson-subsampled Gaussian) → elites by similarity       (§3.3)
+               suppression → rewrite, fill, crossover, generate                (§3.4)
+
+Per label: only private records of a label vote for that label's samples. The final output
+is the last elite set.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from dpsynth.backends.base import Condition
+from dpsynth.data import Access, PrivateDataset
+from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.conditions import Metadata, allocate, keep_produced, mask_words, softmax
+from dpsynth.ops.keywords import class_keywords
+from dpsynth.ops.metadata import (
+    dp_keyword_votes,
+    dp_label_distribution,
+    dp_length_histogram,
+    dp_length_range,
+)
+from dpsynth.ops.self_similarity import dp_self_similarity
+from dpsynth.ops.suppression import select_distinct
+from dpsynth.ops.voting import dp_nearest_votes
+from dpsynth.privacy.planning import BudgetPlan, StageSpec
+
+
+class DpgaParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    iterations: int = Field(10, ge=1)
+    n_init: int = Field(10_000, ge=1)
+    n_elite: int = Field(2_000, ge=1)
+    n_rewrite: int = Field(2_000, ge=0)
+    n_fill: int = Field(2_000, ge=0)
+    n_crossover: int = Field(2_000, ge=0)
+    n_generate: int = Field(2_000, ge=0)
+    sampling_rate: float = Field(0.8, gt=0, le=1)
+    length_bins: int = Field(100, ge=1)
+    max_words: int = Field(1_000, ge=1, description="upper end of the SVT length search")
+    fill_mask_rate: float = Field(0.5, ge=0, le=1)
+    rewrite_strength: float = Field(0.5, ge=0, le=1)
+    tau_step: float = Field(0.01, gt=0)
+    keywords: dict[str, list[str]] | None = Field(
+        None, description="public candidate keywords per label ('' when unlabelled); "
+        "generated from the label names when omitted")
+    keywords_per_label: int = Field(10, ge=1)
+    keyword_probe_samples: int = Field(20, ge=1, description="texts generated per label to "
+                                       "derive candidate keywords")
+    keywords_per_sample: int = Field(3, ge=0)
+    similarity_suppression: bool = True
+    use_length: bool = True
+    use_keywords: bool = True
+
+
+class Dpga(Recipe):
+    name: ClassVar[str] = "dpga"
+    Params: ClassVar[type[BaseModel]] = DpgaParams
+    params: DpgaParams
+
+    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+        """Default split as App. D.3 — 0.2 SVT, 0.1 per histogram, the rest voting — except
+        that 0.05 of the voting half pays for τ, which the paper leaves unaccounted."""
+        p, k = self.params, private.records_per_unit
+        stages = [StageSpec("length_range_svt", "svt", 0.2, sensitivity=k, compositions=2)]
+        if private.has_labels:
+            stages.append(StageSpec("label_histogram", "laplace", 0.1, max_changed=k))
+        stages.append(StageSpec("length_histogram", "laplace", 0.1, max_changed=k))
+        if p.use_keywords and p.keywords_per_sample:
+            stages.append(StageSpec("keyword_histogram", "laplace", 0.1, max_changed=k))
+        if p.similarity_suppression:
+            stages.append(StageSpec("similarity_threshold", "noisy_mean", 0.05,
+                                    sensitivity=2.0))
+        stages.append(StageSpec("voting", "subsampled_gaussian", 0.45,
+                                compositions=p.iterations, sampling_rate=p.sampling_rate))
+        return stages
+
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        p, rounds = self.params, self.params.iterations - 1
+        probes = 0 if (p.keywords or not (p.use_keywords and p.keywords_per_sample)) else (
+            p.keyword_probe_samples * max(1, len(private.label_names or ())))
+        return {"generate": probes + p.n_init + rounds * p.n_generate,
+                "rewrite": rounds * p.n_rewrite, "fill": rounds * p.n_fill,
+                "crossover": rounds * p.n_crossover}
+
+    def run(self, ctx: RunContext) -> SyntheticSet:
+        p = self.params
+        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        private_emb = ctx.embed_private()
+        labels = ctx.private.label_names
+        private_codes = (ctx.private.label_codes(Access.LEDGERED_OP) if labels else None)
+
+        if ctx.resumed is None:
+            meta, tau = self._metadata(ctx, plan, private_emb, private_codes)
+            population = self._initial(ctx, meta)
+            ctx.save(0, self._state(meta, tau, population))
+            start = 0
+        else:
+            start, state = ctx.resumed
+            meta, tau = Metadata.from_json(state["metadata"]), state["tau"]
+            population = (state["texts"], state["labels"])
+
+        vote_mechanism = plan.stage("voting").mechanism
+        for t in range(start, p.iterations):
+            texts, pop_labels = population
+            pop_emb = ctx.embedder.encode(texts)
+            pop_codes = (np.array([labels.index(y) for y in pop_labels]) if labels else None)
+            votes = dp_nearest_votes(private_emb, private_codes, pop_emb, pop_codes,
+                                     vote_mechanism, ctx.ledger, ctx.noise,
+                                     ctx.private.records_per_unit)
+            elites, tau_used = self._select(votes, pop_emb, pop_labels, meta, tau)
+            ctx.report({"iteration": t + 1, "population": len(texts), "elites": len(elites),
+                        "tau": tau_used, "noisy_votes_total": float(votes.sum()),
+                        "noisy_votes_max": float(votes.max()),
+                        "epsilon_spent": ctx.ledger.spent()})
+            elite_texts = [texts[i] for i in elites]
+            elite_labels = [pop_labels[i] for i in elites]
+            if t + 1 == p.iterations:
+                return SyntheticSet(elite_texts, elite_labels if labels else None)
+            population = self._expand(ctx, meta, elite_texts, elite_labels, t)
+            ctx.save(t + 1, self._state(meta, tau, population))
+        raise AssertionError("unreachable: the loop returns on its last iteration")
+
+    # -- metadata (§3.2) -------------------------------------------------------------------
+
+    def _metadata(self, ctx: RunContext, plan: BudgetPlan, private_emb: np.ndarray,
+                  private_codes: np.ndarray | None) -> tuple[Metadata, float | None]:
+        p, private = self.params, ctx.private
+        labels = private.label_names
+        low, high = dp_length_range(private, plan.stage("length_range_svt").mechanism,
+                                    p.max_words, ctx.ledger, ctx.noise)
+        label_probs = (dp_label_distribution(private, plan.stage("label_histogram").mechanism,
+                                             ctx.ledger, ctx.noise) if labels else None)
+        edges, length_probs = dp_length_histogram(
+            private, low, high, p.length_bins, plan.stage("length_histogram").mechanism,
+            ctx.ledger, ctx.noise)
+        if not p.use_length:
+            edges, length_probs = None, None
+        keywords: dict[str, list[str]] = {}
+        weights: dict[str, np.ndarray] = {}
+        if p.use_keywords and p.keywords_per_sample:
+            keywords = p.keywords or self._public_keywords(ctx, labels)
+            keywords, weights = self._weigh_keywords(ctx, plan, keywords, private_emb,
+                                                     private_codes)
+        tau = None
+        if p.similarity_suppression:
+            tau = dp_self_similarity(private, private_emb,
+                                     plan.stage("similarity_threshold").mechanism, ctx.ledger,
+                                     ctx.noise)
+        meta = Metadata(labels, label_probs, edges, length_probs, keywords, weights)
+        ctx.report({"iteration": 0, "length_range": [low, high], "tau": tau,
+                    "epsilon_spent": ctx.ledger.spent()})
+        return meta, tau
+
+    def _public_keywords(self, ctx: RunContext,
+                         labels: tuple[str, ...] | None) -> dict[str, list[str]]:
+        """Candidate keywords from public information only: texts generated from each label
+        name, reduced to their class-based TF-IDF terms."""
+        groups = [*labels] if labels else [None]
+        probes = {}
+        for label in groups:
+            conditions = [Condition(label=label)] * self.params.keyword_probe_samples
+            probes[label or ""] = keep_produced(ctx.generator.generate(conditions),
+                                                conditions)[0]
+        return class_keywords(probes, self.params.keywords_per_label)
+
+    def _weigh_keywords(self, ctx: RunContext, plan: BudgetPlan,
+                        keywords: dict[str, list[str]], private_emb: np.ndarray,
+                        private_codes: np.ndarray | None
+                        ) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
+        labels = ctx.private.label_names
+        flat = [(key, word) for key, words in keywords.items() for word in words]
+        if not flat:
+            return {}, {}
+        keys = [key for key, _ in flat]
+        keyword_codes = (np.array([labels.index(k) if k in labels else -1 for k in keys])
+                         if labels else None)
+        mechanism = plan.stage("keyword_histogram").mechanism
+        votes = dp_keyword_votes(private_emb, private_codes,
+                                 ctx.embedder.encode([w for _, w in flat]), keyword_codes,
+                                 mechanism, ctx.ledger, ctx.noise)
+        weights = {}
+        for key in keywords:
+            rows = [i for i, k in enumerate(keys) if k == key]
+            weights[key] = softmax(votes[rows], temperature=mechanism.noise_scale)
+        return keywords, weights
+
+    # -- population ------------------------------------------------------------------------
+
+    def _initial(self, ctx: RunContext, meta: Metadata) -> tuple[list[str], list]:
+        rng = np.random.default_rng([ctx.seed, 0, 0])
+        return self._generate(ctx, meta, self.params.n_init, rng)
+
+    def _generate(self, ctx: RunContext, meta: Metadata, n: int,
+                  rng: np.random.Generator) -> tuple[list[str], list]:
+        groups = list(meta.label_names) if meta.label_names else [None]
+        probs = meta.label_probs if meta.label_probs is not None else np.ones(1)
+        conditions = []
+        for label, count in zip(groups, allocate(n, probs), strict=True):
+            conditions += meta.sample(rng, label, int(count), self.params.keywords_per_sample)
+        texts = ctx.generator.generate(conditions) if conditions else []
+        return keep_produced(texts, [c.label for c in conditions])
+
+    def _select(self, votes: np.ndarray, pop_emb: np.ndarray, pop_labels: list,
+                meta: Metadata, tau: float | None) -> tuple[list[int], float | None]:
+        groups = list(meta.label_names) if meta.label_names else [None]
+        probs = meta.label_probs if meta.label_probs is not None else np.ones(1)
+        chosen: list[int] = []
+        taus = []
+        for label, quota in zip(groups, allocate(self.params.n_elite, probs), strict=True):
+            rows = np.array([i for i, y in enumerate(pop_labels) if y == label], dtype=np.int64)
+            quota = min(int(quota), len(rows))
+            if quota == 0:
+                continue
+            if tau is None:
+                picked = np.argsort(-votes[rows], kind="stable")[:quota]
+            else:
+                picked, used = select_distinct(votes[rows], pop_emb[rows], quota, tau,
+                                               self.params.tau_step)
+                taus.append(used)
+            chosen += rows[picked].tolist()
+        return chosen, (max(taus) if taus else None)
+
+    def _expand(self, ctx: RunContext, meta: Metadata, elites: list[str], elite_labels: list,
+                t: int) -> tuple[list[str], list]:
+        """Elites carried over, plus rewrite, fill, crossover and fresh generation (§3.4)."""
+        p = self.params
+        texts, labels = list(elites), list(elite_labels)
+        groups = list(meta.label_names) if meta.label_names else [None]
+        probs = meta.label_probs if meta.label_probs is not None else np.ones(1)
+        by_label = {g: [i for i, y in enumerate(elite_labels) if y == g] for g in groups}
+        present = [g for g in groups if by_label[g]]
+        weights = np.array([probs[groups.index(g)] for g in present])
+        for op, count in (("rewrite", p.n_rewrite), ("fill", p.n_fill),
+                          ("crossover", p.n_crossover)):
+            rng = np.random.default_rng([ctx.seed, t + 1, ("rewrite", "fill",
+                                                           "crossover").index(op) + 1])
+            parents, conditions = [], []
+            for label, n in zip(present, allocate(count, weights), strict=True):
+                pool = by_label[label]
+                for _ in range(int(n)):
+                    picks = rng.choice(pool, size=2 if op == "crossover" else 1)
+                    group = [elites[i] for i in picks]
+                    parents.append(group)
+                    conditions.append(Condition(label=label, length=len(group[0].split())))
+            if not parents:
+                continue
+            if op == "rewrite":
+                out = ctx.generator.rewrite([g[0] for g in parents], conditions,
+                                            p.rewrite_strength)
+            elif op == "fill":
+                masked = [mask_words(g[0], p.fill_mask_rate, rng) for g in parents]
+                out = ctx.generator.fill(masked, conditions)
+            else:
+                out = ctx.generator.crossover(parents, conditions)
+            produced, produced_labels = keep_produced(out, [c.label for c in conditions])
+            texts += produced
+            labels += produced_labels
+        fresh_texts, fresh_labels = self._generate(ctx, meta, p.n_generate,
+                                                   np.random.default_rng([ctx.seed, t + 1, 4]))
+        return texts + fresh_texts, labels + fresh_labels
+
+    @staticmethod
+    def _state(meta: Metadata, tau: float | None, population: tuple[list[str], list]) -> dict:
+        return {"metadata": meta.to_json(), "tau": tau, "texts": population[0],
+                "labels": population[1]}

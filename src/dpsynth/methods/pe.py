@@ -1,0 +1,131 @@
+"""Private Evolution / AUG-PE (Lin et al. 2024; Xie et al. 2024), the baseline DPGA-TextSyn
+compares against.
+
+    S_0 = random API (generate from the label alone)
+    repeat T:  DP nearest-neighbour histogram over S (Gaussian, counts below H zeroed)
+               S' = N draws in proportion to the noisy counts
+               S  = variation API (rewrite) of S'        — skipped after the last vote
+    output S'
+
+Per label, as in DPGA: private records vote only for samples of their own label. Labels are
+allocated uniformly (public), or by a Laplace label histogram when `label_fraction` > 0.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from dpsynth.backends.base import Condition
+from dpsynth.data import Access, PrivateDataset
+from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.conditions import allocate, keep_produced
+from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.ops.voting import dp_nearest_votes
+from dpsynth.privacy.planning import StageSpec
+
+
+class PeParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    iterations: int = Field(10, ge=1)
+    n_samples: int = Field(2_000, ge=1)
+    sampling_rate: float = Field(1.0, gt=0, le=1)
+    threshold: float = Field(2.0, ge=0, description="noisy counts below H count as zero")
+    rewrite_strength: float = Field(0.5, ge=0, le=1)
+    label_fraction: float = Field(0.0, ge=0, lt=1, description="budget share of a DP label "
+                                  "histogram; 0 allocates labels uniformly")
+
+
+class PrivateEvolution(Recipe):
+    name: ClassVar[str] = "pe"
+    Params: ClassVar[type[BaseModel]] = PeParams
+    params: PeParams
+
+    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+        p = self.params
+        stages = []
+        if p.label_fraction and private.has_labels:
+            stages.append(StageSpec("label_histogram", "laplace", p.label_fraction,
+                                    max_changed=private.records_per_unit))
+        voting = 1.0 - (p.label_fraction if private.has_labels else 0.0)
+        stages.append(StageSpec("voting", "subsampled_gaussian", voting,
+                                compositions=p.iterations, sampling_rate=p.sampling_rate))
+        return stages
+
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        p = self.params
+        return {"generate": p.n_samples, "rewrite": (p.iterations - 1) * p.n_samples}
+
+    def run(self, ctx: RunContext) -> SyntheticSet:
+        p = self.params
+        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        labels = ctx.private.label_names
+        groups: list[str | None] = list(labels) if labels else [None]
+        private_emb = ctx.embed_private()
+        private_codes = ctx.private.label_codes(Access.LEDGERED_OP) if labels else None
+
+        if ctx.resumed is None:
+            probs = np.full(len(groups), 1.0 / len(groups))
+            if p.label_fraction and labels:
+                probs = dp_label_distribution(ctx.private,
+                                              plan.stage("label_histogram").mechanism,
+                                              ctx.ledger, ctx.noise)
+            conditions = [Condition(label=g) for g, n in
+                          zip(groups, allocate(p.n_samples, probs), strict=True)
+                          for _ in range(int(n))]
+            texts, pop_labels = keep_produced(ctx.generator.generate(conditions),
+                                              [c.label for c in conditions])
+            population = (texts, pop_labels, probs.tolist())
+            ctx.save(0, _state(population))
+            start = 0
+        else:
+            start, state = ctx.resumed
+            population = (state["texts"], state["labels"], state["label_probs"])
+
+        mechanism = plan.stage("voting").mechanism
+        for t in range(start, p.iterations):
+            texts, pop_labels, probs = population
+            pop_emb = ctx.embedder.encode(texts)
+            pop_codes = np.array([groups.index(y) for y in pop_labels]) if labels else None
+            votes = dp_nearest_votes(private_emb, private_codes, pop_emb, pop_codes, mechanism,
+                                     ctx.ledger, ctx.noise, ctx.private.records_per_unit)
+            weights = np.where(votes >= p.threshold, votes, 0.0)
+            rng = np.random.default_rng([ctx.seed, t + 1])
+            picked = self._resample(weights, pop_labels, groups, probs, rng)
+            ctx.report({"iteration": t + 1, "population": len(texts),
+                        "candidates_above_threshold": int((weights > 0).sum()),
+                        "noisy_votes_total": float(votes.sum()),
+                        "epsilon_spent": ctx.ledger.spent()})
+            chosen_texts = [texts[i] for i in picked]
+            chosen_labels = [pop_labels[i] for i in picked]
+            if t + 1 == p.iterations:
+                return SyntheticSet(chosen_texts, chosen_labels if labels else None)
+            conditions = [Condition(label=y, length=len(x.split()))
+                          for x, y in zip(chosen_texts, chosen_labels, strict=True)]
+            varied = ctx.generator.rewrite(chosen_texts, conditions, p.rewrite_strength)
+            population = (*keep_produced(varied, chosen_labels), probs)
+            ctx.save(t + 1, _state(population))
+        raise AssertionError("unreachable: the loop returns on its last iteration")
+
+    def _resample(self, weights: np.ndarray, pop_labels: list, groups: list,
+                  probs: list[float], rng: np.random.Generator) -> list[int]:
+        """Draw each label's quota in proportion to its candidates' thresholded noisy votes
+        (uniformly where none passed the threshold)."""
+        picked: list[int] = []
+        for label, quota in zip(groups, allocate(self.params.n_samples, np.asarray(probs)),
+                                strict=True):
+            rows = np.array([i for i, y in enumerate(pop_labels) if y == label], dtype=np.int64)
+            if quota == 0 or len(rows) == 0:
+                continue
+            w = weights[rows]
+            p = w / w.sum() if w.sum() > 0 else None
+            picked += rows[rng.choice(len(rows), size=int(quota), p=p)].tolist()
+        return picked
+
+
+def _state(population: tuple[list[str], list, list[float]]) -> dict:
+    texts, labels, probs = population
+    return {"texts": texts, "labels": labels, "label_probs": list(probs)}

@@ -1,0 +1,20 @@
+"""Recipes by name: adding a recipe is a module and one entry here."""
+
+from __future__ import annotations
+
+from dpsynth.config import RecipeConfig
+from dpsynth.errors import ConfigError
+from dpsynth.methods.base import Recipe
+from dpsynth.methods.dpga import Dpga
+from dpsynth.methods.kd_tutor import KdTutor
+from dpsynth.methods.pe import PrivateEvolution
+
+RECIPES: dict[str, type[Recipe]] = {"dpga": Dpga, "kd_tutor": KdTutor, "pe": PrivateEvolution}
+
+
+def build_recipe(cfg: RecipeConfig, split: dict[str, float] | None = None) -> Recipe:
+    """The recipe named in the config, its params validated; `split` is `budget.split`."""
+    if cfg.name not in RECIPES:
+        raise ConfigError(f"recipe.name: '{cfg.name}' is not implemented yet; available: "
+                          f"{', '.join(RECIPES)}")
+    return RECIPES[cfg.name].from_config(cfg.params, split)

@@ -1,0 +1,97 @@
+"""DP metadata of the private set (dpga-textsyn §3.2): label, length and keyword histograms.
+
+Each function reads private data, charges the ledger through a mechanism and returns only
+the noisy release (or what is computed from it). Sensitivities are per privacy unit: a unit
+holds at most `records_per_unit` records, each of which moves one count by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dpsynth.data import Access, PrivateDataset
+from dpsynth.ops.nearest import grouped_nearest
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import AboveThreshold, Laplace
+from dpsynth.privacy.noise import NoiseSource
+
+
+def word_lengths(texts: Sequence[str]) -> np.ndarray:
+    """Length in words, the unit the generator's conditions use."""
+    return np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
+
+
+def noisy_histogram(counts: np.ndarray, mechanism: Laplace, ledger: PrivacyLedger,
+                    noise: NoiseSource, stage: str) -> np.ndarray:
+    """Laplace histogram of counts; `mechanism.max_changed` must cover a unit's records."""
+    return np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=np.float64)
+
+
+
+def to_distribution(noisy_counts: np.ndarray) -> np.ndarray:
+    """Clip a noisy histogram at zero and normalise it (uniform when nothing is left)."""
+    clipped = np.clip(np.asarray(noisy_counts, dtype=np.float64), 0.0, None)
+    total = clipped.sum()
+    return clipped / total if total > 0 else np.full(len(clipped), 1.0 / len(clipped))
+
+
+def dp_label_distribution(private: PrivateDataset, mechanism: Laplace, ledger: PrivacyLedger,
+                          noise: NoiseSource, stage: str = "label_histogram") -> np.ndarray:
+    """The label distribution, from a Laplace histogram of label counts."""
+    codes = private.label_codes(Access.LEDGERED_OP)
+    counts = np.bincount(codes, minlength=len(private.label_names or ()))
+    noisy = noisy_histogram(counts, mechanism, ledger, noise, stage)
+    return to_distribution(noisy)
+
+
+def dp_length_range(private: PrivateDataset, mechanism: AboveThreshold, max_words: int,
+                    ledger: PrivacyLedger, noise: NoiseSource,
+                    stage: str = "length_range_svt") -> tuple[int, int]:
+    """Approximate minimum and maximum length in words by two runs of `mechanism`.
+
+    Maximum: L = 0, 1, ... until the noisy count of texts longer than L falls to the noisy
+    threshold 0. Minimum: L = max, max-1, ... until the noisy count of texts shorter than L
+    does. Each query is a count, so its sensitivity is the records a unit may hold.
+    """
+    lengths = word_lengths(private.texts(Access.LEDGERED_OP))
+    if mechanism.threshold != 0.0 or mechanism.query_sensitivity < private.records_per_unit:
+        raise ValueError("length SVT needs threshold 0 and query sensitivity >= records per unit")
+    steps = np.arange(0, max_words + 1)
+    longer = np.searchsorted(np.sort(lengths), steps, side="right")
+    longer = len(lengths) - longer  # texts longer than L, for each L
+    hit = ledger.release(stage, mechanism, -longer.astype(np.float64), noise)
+    high = int(steps[hit]) if hit is not None else max_words
+    downward = np.arange(max(high, 1), 0, -1)
+    shorter = np.searchsorted(np.sort(lengths), downward, side="left")  # texts shorter than L
+    hit = ledger.release(stage, mechanism, -shorter.astype(np.float64), noise)
+    low = int(downward[hit]) if hit is not None else 1
+    return min(low, max(high, 1)), max(high, 1)
+
+
+def dp_length_histogram(private: PrivateDataset, low: int, high: int, n_bins: int,
+                        mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
+                        stage: str = "length_histogram") -> tuple[np.ndarray, np.ndarray]:
+    """Laplace histogram of lengths in [low, high] over `n_bins` bins (lengths clipped in).
+
+    Returns the bin edges (n_bins + 1 integers, possibly fewer bins for a narrow range) and
+    the distribution over bins.
+    """
+    edges = np.unique(np.linspace(low, high + 1, n_bins + 1).round().astype(np.int64))
+    lengths = np.clip(word_lengths(private.texts(Access.LEDGERED_OP)), low, high)
+    counts, _ = np.histogram(lengths, bins=edges)
+    noisy = noisy_histogram(counts, mechanism, ledger, noise, stage)
+    return edges, to_distribution(noisy)
+
+
+def dp_keyword_votes(private_embeddings: np.ndarray, private_labels: np.ndarray | None,
+                     keyword_embeddings: np.ndarray, keyword_labels: np.ndarray | None,
+                     mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
+                     stage: str = "keyword_histogram") -> np.ndarray:
+    """Noisy votes for keywords: each private record votes for its nearest keyword of its own
+    label (dpga-textsyn §3.2.2), so one record moves one count; Laplace on the histogram."""
+    targets = grouped_nearest(private_embeddings, private_labels, keyword_embeddings,
+                              keyword_labels)
+    counts = np.bincount(targets[targets >= 0], minlength=len(keyword_embeddings))
+    return noisy_histogram(counts, mechanism, ledger, noise, stage)

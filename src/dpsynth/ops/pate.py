@@ -1,0 +1,61 @@
+"""PATE building blocks (kd-tutor §3.4): teachers on disjoint partitions of the private units,
+and the noisy aggregate of their private-vs-public votes.
+
+Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
+list: adding or removing a unit then changes one teacher only, which is what bounds the
+aggregate's sensitivity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import Gaussian, Laplace
+from dpsynth.privacy.noise import NoiseSource
+
+
+def partition_units(unit_texts: Sequence[str], n_teachers: int, key: bytes) -> np.ndarray:
+    """Teacher index per unit, from a keyed hash of the unit's text."""
+    return np.fromiter(
+        (int.from_bytes(hashlib.blake2b(t.encode("utf-8"), key=key, digest_size=8).digest(),
+                        "big") % n_teachers for t in unit_texts),
+        dtype=np.int64, count=len(unit_texts))
+
+
+def train_discriminator(positives: np.ndarray, negatives: np.ndarray,
+                        seed: int) -> LogisticRegression:
+    """A private-vs-public classifier on embeddings (label 1 = private-like)."""
+    x = np.vstack([positives, negatives])
+    y = np.r_[np.ones(len(positives)), np.zeros(len(negatives))]
+    model = LogisticRegression(max_iter=1000, class_weight="balanced", random_state=seed)
+    return model.fit(x, y)
+
+
+def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray) -> np.ndarray:
+    """Vote counts per query, shape (n_queries, 2): [teachers saying public, saying private].
+
+    Hard votes, as in PATE: when a unit joins or leaves, its teacher's vote may move from one
+    class to the other, changing two counts by one (L2 sensitivity √2, as kd-tutor's Eq. 4
+    bounds the soft version); integer counts take exact discrete noise.
+    """
+    counts = np.zeros((len(queries), 2), dtype=np.int64)
+    rows = np.arange(len(queries))
+    for teacher in teachers:
+        counts[rows, teacher.predict(queries).astype(np.int64)] += 1
+    return counts
+
+
+def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
+                 noise: NoiseSource, stage: str = "student_queries") -> np.ndarray:
+    """Release the argmax of each noisy vote vector (1 = private-like). The mechanism covers
+    all rows at once: `max_changed` = 2 × rows, the same as composing one release per row."""
+    if mechanism.max_changed < votes.size:
+        raise ValueError(f"mechanism covers {mechanism.max_changed} changed coordinates, "
+                         f"the votes have {votes.size}")
+    noisy = np.asarray(ledger.release(stage, mechanism, votes, noise))
+    return np.argmax(noisy, axis=1)

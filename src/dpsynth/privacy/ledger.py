@@ -1,0 +1,197 @@
+"""The privacy ledger: every release is a recorded event, composed exactly with PLD accounting.
+
+`charge` computes what the composed ε *would* be with the new event and refuses it — raising
+`BudgetExceededError` — before anything is released; `release` charges a mechanism and only
+then draws its noise. The ledger saves to JSON (checkpoints, the run's privacy.json) and, on
+load, recomputes every figure from the recorded events rather than trusting stored numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dp_accounting import dp_event
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from dpsynth.errors import BudgetExceededError
+from dpsynth.privacy.events import PldAccountant, event_from_json, event_to_json, rdp_epsilon
+from dpsynth.privacy.mechanisms import Mechanism
+from dpsynth.privacy.noise import NoiseSource
+
+FORMAT = "dpsynth.privacy-ledger/1"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One recorded release."""
+
+    stage: str
+    event: dp_event.DpEvent
+    mechanism: str = ""
+    sensitivity: float | None = None
+    noise_scale: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stage": self.stage, "mechanism": self.mechanism,
+                "sensitivity": self.sensitivity, "noise_scale": self.noise_scale,
+                "event": event_to_json(self.event)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Charge:
+        return cls(data["stage"], event_from_json(data["event"]), data.get("mechanism", ""),
+                   data.get("sensitivity"), data.get("noise_scale"))
+
+
+@dataclass
+class _Composition:
+    """A composed PLD plus the δ spent outside it."""
+
+    pld: pld_lib.PrivacyLossDistribution
+    additive_delta: float = 0.0
+    private: bool = True
+
+    def epsilon(self, delta: float) -> float:
+        left = delta - self.additive_delta
+        if not self.private or left <= 0:
+            return math.inf
+        return float(self.pld.get_epsilon_for_delta(left))
+
+
+@dataclass
+class PrivacyLedger:
+    """Budget (ε, δ) and the events charged against it, composed by PLD (add/remove one unit).
+
+    `discretization` is the PLD's value discretisation interval: the default 1e-4 is what
+    dp_accounting uses; coarser values are faster and still upper bounds.
+    """
+
+    epsilon: float
+    delta: float
+    discretization: float = 1e-4
+    charges: list[Charge] = field(default_factory=list)
+    on_charge: Callable[[Charge], None] | None = field(default=None, repr=False, compare=False)
+    """Called after a charge is recorded and before its noise is drawn: a write-ahead hook
+    so that a crash can never lose a release that may already have left the process."""
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError(f"epsilon must be finite and > 0, got {self.epsilon}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if not 0 < self.discretization <= 0.1:
+            raise ValueError(f"discretization must be in (0, 0.1], got {self.discretization}")
+        recorded, self.charges = list(self.charges), []
+        self._total = self._empty()
+        for charge in recorded:
+            self._commit(charge)
+
+    def _empty(self) -> _Composition:
+        return _Composition(pld_lib.identity(self.discretization))
+
+    def _event_composition(self, event: dp_event.DpEvent) -> _Composition:
+        accountant = PldAccountant(self.discretization)
+        if not accountant.supports(event):
+            raise ValueError(f"the ledger cannot account event {event}")
+        accountant.compose(event)
+        return _Composition(accountant.pld, accountant.additive_delta, accountant.is_private)
+
+    def _compose(self, base: _Composition, event: dp_event.DpEvent) -> _Composition:
+        part = self._event_composition(event)
+        return _Composition(base.pld.compose(part.pld),
+                            base.additive_delta + part.additive_delta,
+                            base.private and part.private)
+
+    def _commit(self, charge: Charge) -> None:
+        if not charge.stage:
+            raise ValueError("a charge needs a non-empty stage name")
+        trial = self._compose(self._total, charge.event)
+        epsilon = trial.epsilon(self.delta)
+        if epsilon > self.epsilon:
+            raise BudgetExceededError(
+                f"stage '{charge.stage}': charging {charge.mechanism or 'event'} "
+                f"{charge.event} would bring the spend to ε={epsilon:.6g} at δ={self.delta:.3g}, "
+                f"over the budget ε={self.epsilon:g} (spent so far ε={self.spent():.6g}); "
+                "nothing was released")
+        self._total = trial
+        self.charges.append(charge)
+        if self.on_charge is not None:
+            self.on_charge(charge)
+
+    def charge(self, stage: str, event: dp_event.DpEvent, *, mechanism: str = "",
+               sensitivity: float | None = None, noise_scale: float | None = None) -> Charge:
+        """Record a release; raises BudgetExceededError, recording nothing, when over budget."""
+        charge = Charge(stage, event, mechanism, sensitivity, noise_scale)
+        self._commit(charge)
+        return charge
+
+    def release(self, stage: str, mechanism: Mechanism, values: Any, noise: NoiseSource) -> Any:
+        """Charge `mechanism` for `stage`, then — only then — draw its noisy answer."""
+        self.charge(stage, mechanism.event, mechanism=mechanism.kind,
+                    sensitivity=mechanism.sensitivity, noise_scale=mechanism.noise_scale)
+        return mechanism._release(values, noise)
+
+    def spent(self) -> float:
+        """Composed ε at the budget's δ (PLD accounting)."""
+        return self._total.epsilon(self.delta)
+
+    def remaining(self) -> float:
+        """Budget ε minus spent ε (for display: ε does not add up under PLD composition)."""
+        return max(0.0, self.epsilon - self.spent())
+
+    def would_spend(self, event: dp_event.DpEvent) -> float:
+        """The composed ε if `event` were charged now; charges nothing."""
+        return self._compose(self._total, event).epsilon(self.delta)
+
+    def spent_rdp(self) -> float:
+        """Composed ε by the RDP accountant: the cross-check, an upper bound looser than PLD."""
+        return rdp_epsilon([c.event for c in self.charges], self.delta)
+
+    def breakdown(self) -> dict[str, dict[str, Any]]:
+        """Per stage: releases, mechanisms, and the ε the stage would cost alone at δ."""
+        stages: dict[str, list[Charge]] = {}
+        for charge in self.charges:
+            stages.setdefault(charge.stage, []).append(charge)
+        out = {}
+        for stage, charges in stages.items():
+            total = self._empty()
+            for charge in charges:
+                total = self._compose(total, charge.event)
+            out[stage] = {"releases": len(charges),
+                          "mechanisms": sorted({c.mechanism for c in charges if c.mechanism}),
+                          "epsilon_alone": _finite(total.epsilon(self.delta))}
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        spent = self.spent()
+        return {"format": FORMAT, "budget": {"epsilon": self.epsilon, "delta": self.delta},
+                "discretization": self.discretization,
+                "spent": {"epsilon": _finite(spent), "epsilon_rdp": _finite(self.spent_rdp()),
+                          "accountant": "pld", "neighbouring": "add_or_remove_one_unit"},
+                "breakdown": self.breakdown(),
+                "charges": [c.to_json() for c in self.charges]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
+        """Rebuild from recorded events; every figure is recomputed, none is read back."""
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a dpsynth privacy ledger (format {data.get('format')!r})")
+        budget = data["budget"]
+        return cls(float(budget["epsilon"]), float(budget["delta"]),
+                   float(data.get("discretization", 1e-4)),
+                   [Charge.from_json(c) for c in data["charges"]])
+
+    @classmethod
+    def from_json(cls, text: str) -> PrivacyLedger:
+        return cls.from_dict(json.loads(text))
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: an unbounded ε is written as null."""
+    return value if math.isfinite(value) else None

@@ -1,0 +1,422 @@
+"""DP mechanisms: each one is described by its parameters and its event before any noise.
+
+A mechanism object is immutable. `event` (a dp_accounting DpEvent) is computed from the
+parameters alone, so the ledger can charge it — and refuse it — before `_release` draws any
+noise. Recipes never call `_release` themselves: they call `PrivacyLedger.release`.
+
+Sensitivities are for adding or removing one privacy unit. Value releases work on an integer
+grid: the query is divided by a power-of-two `granularity` (1 for counts); `integer_valued`
+queries must land on the grid exactly, other queries are rounded and their per-coordinate
+sensitivity grows by one grid step to cover the rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from dp_accounting import dp_event
+
+from dpsynth.privacy.events import ApproximateDpEvent, DiscreteGaussianDpEvent, PureDpEvent
+from dpsynth.privacy.noise import NoiseSource
+
+
+class Mechanism(ABC):
+    """A DP release: `event` for the ledger, `_release` to draw the noisy answer."""
+
+    kind: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def event(self) -> dp_event.DpEvent:
+        """The privacy event, from parameters alone."""
+
+    @property
+    @abstractmethod
+    def sensitivity(self) -> float:
+        """The sensitivity the noise is calibrated to (L1, L2 or score, per mechanism)."""
+
+    @property
+    @abstractmethod
+    def noise_scale(self) -> float:
+        """The scale of the noise drawn (Laplace b, Gaussian σ, Gumbel β, ...)."""
+
+    @abstractmethod
+    def _release(self, values: Any, noise: NoiseSource) -> Any:
+        """Draw the noisy answer; called by the ledger after the charge succeeded."""
+
+
+def _positive(name: str, value: float) -> None:
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be finite and > 0, got {value}")
+
+
+def _check_grid(granularity: float) -> None:
+    _positive("granularity", granularity)
+    if math.frexp(granularity)[0] != 0.5:
+        raise ValueError(f"granularity must be a power of two, got {granularity}")
+
+
+@dataclass(frozen=True)
+class _GridQuery:
+    """How a real-valued query is put on the integer grid, and its sensitivity there."""
+
+    linf_sensitivity: float
+    max_changed: int
+    integer_valued: bool
+    granularity: float
+
+    def __post_init__(self) -> None:
+        _positive("linf_sensitivity", self.linf_sensitivity)
+        _check_grid(self.granularity)
+        if self.max_changed < 1:
+            raise ValueError(f"max_changed must be >= 1, got {self.max_changed}")
+
+    @property
+    def steps(self) -> int:
+        """Per-coordinate sensitivity in grid steps (one more when values are rounded)."""
+        base = math.ceil(self.linf_sensitivity / self.granularity)  # exact: γ is 2^k
+        return base if self.integer_valued else base + 1
+
+    def to_grid(self, values: Any) -> np.ndarray:
+        scaled = np.asarray(values, dtype=float) / self.granularity
+        if not np.all(np.isfinite(scaled)):
+            raise ValueError("values must be finite")
+        grid = np.rint(scaled)
+        if self.integer_valued and not np.array_equal(grid, scaled):
+            bad = int(np.flatnonzero(grid != scaled)[0])
+            # the value itself is private: name its position only
+            raise ValueError(f"value at index {bad} is not a multiple of granularity "
+                             f"{self.granularity}; pass integer_valued=False to round it")
+        return grid.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Laplace(Mechanism):
+    """Discrete Laplace noise of scale `scale` on the grid: ε = max_changed·steps·γ/scale.
+
+    With one coordinate changed (a count histogram under add/remove) the event is the exact
+    discrete Laplace PLD; with several it is their composition.
+    """
+
+    scale: float
+    linf_sensitivity: float = 1.0
+    max_changed: int = 1
+    integer_valued: bool = True
+    granularity: float = 1.0
+    kind: ClassVar[str] = "laplace"
+
+    def __post_init__(self) -> None:
+        _positive("scale", self.scale)
+        self._grid  # noqa: B018 - validates the grid parameters
+
+    @property
+    def _grid(self) -> _GridQuery:
+        return _GridQuery(self.linf_sensitivity, self.max_changed, self.integer_valued,
+                          self.granularity)
+
+    @property
+    def epsilon(self) -> float:
+        return self.max_changed * self._grid.steps * self.granularity / self.scale
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        one = dp_event.DiscreteLaplaceDpEvent(self.granularity / self.scale, self._grid.steps)
+        return one if self.max_changed == 1 else dp_event.SelfComposedDpEvent(one,
+                                                                              self.max_changed)
+
+    @property
+    def sensitivity(self) -> float:
+        return self.linf_sensitivity * self.max_changed
+
+    @property
+    def noise_scale(self) -> float:
+        return self.scale
+
+    def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
+        grid = self._grid.to_grid(values)
+        noisy = grid + noise.discrete_laplace(self.scale / self.granularity,
+                                              grid.size).reshape(grid.shape)
+        return noisy * self.granularity
+
+
+@dataclass(frozen=True)
+class Gaussian(Mechanism):
+    """Discrete Gaussian noise (parameter σ) on the grid, the L2 analogue of `Laplace`.
+
+    L2 sensitivity = linf_sensitivity·√max_changed; a PATE vote histogram, where one teacher
+    moves one vote between two classes, is `linf_sensitivity=1, max_changed=2` (√2).
+    """
+
+    sigma: float
+    linf_sensitivity: float = 1.0
+    max_changed: int = 1
+    integer_valued: bool = True
+    granularity: float = 1.0
+    kind: ClassVar[str] = "gaussian"
+
+    def __post_init__(self) -> None:
+        _positive("sigma", self.sigma)
+        self._grid  # noqa: B018 - validates the grid parameters
+
+    @property
+    def _grid(self) -> _GridQuery:
+        return _GridQuery(self.linf_sensitivity, self.max_changed, self.integer_valued,
+                          self.granularity)
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        one = DiscreteGaussianDpEvent(self.sigma / self.granularity, self._grid.steps)
+        return one if self.max_changed == 1 else dp_event.SelfComposedDpEvent(one,
+                                                                              self.max_changed)
+
+    @property
+    def sensitivity(self) -> float:
+        return self.linf_sensitivity * math.sqrt(self.max_changed)
+
+    @property
+    def noise_scale(self) -> float:
+        return self.sigma
+
+    def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
+        grid = self._grid.to_grid(values)
+        noisy = grid + noise.discrete_gaussian(self.sigma / self.granularity,
+                                               grid.size).reshape(grid.shape)
+        return noisy * self.granularity
+
+
+@dataclass(frozen=True)
+class SubsampledGaussianHistogram(Mechanism):
+    """Each unit votes for one of `n_bins` bins; units are Poisson-sampled at `sampling_rate`,
+    the sampled votes counted, and discrete Gaussian noise σ added (L2 sensitivity 1)."""
+
+    sigma: float
+    sampling_rate: float
+    n_bins: int
+    kind: ClassVar[str] = "subsampled_gaussian"
+
+    def __post_init__(self) -> None:
+        _positive("sigma", self.sigma)
+        if not 0 < self.sampling_rate <= 1:
+            raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate}")
+        if self.n_bins < 1:
+            raise ValueError(f"n_bins must be >= 1, got {self.n_bins}")
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        return dp_event.PoissonSampledDpEvent(self.sampling_rate,
+                                              DiscreteGaussianDpEvent(self.sigma, 1))
+
+    @property
+    def sensitivity(self) -> float:
+        return 1.0
+
+    @property
+    def noise_scale(self) -> float:
+        return self.sigma
+
+    def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
+        votes = np.asarray(values, dtype=np.int64).ravel()
+        if votes.size and (votes.min() < 0 or votes.max() >= self.n_bins):
+            bad = int(np.flatnonzero((votes < 0) | (votes >= self.n_bins))[0])
+            raise ValueError(f"votes must lie in [0, {self.n_bins}); the vote at index {bad} "
+                             "does not")
+        kept = votes[noise.poisson_sample(votes.size, self.sampling_rate)]
+        counts = np.bincount(kept, minlength=self.n_bins)
+        return (counts + noise.discrete_gaussian(self.sigma, self.n_bins)).astype(float)
+
+
+@dataclass(frozen=True)
+class AboveThreshold(Mechanism):
+    """Sparse vector, AboveThreshold (Dwork & Roth Alg. 1; dpga-textsyn App. B.2): ε-DP.
+
+    Threshold noise Lap(2Δ/ε), query noise Lap(4Δ/ε); releases the index of the first query
+    whose noisy answer reaches the noisy threshold, or None when none does.
+    """
+
+    epsilon: float
+    threshold: float
+    query_sensitivity: float = 1.0
+    kind: ClassVar[str] = "svt"
+
+    def __post_init__(self) -> None:
+        _positive("epsilon", self.epsilon)
+        _positive("query_sensitivity", self.query_sensitivity)
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        return PureDpEvent(self.epsilon)
+
+    @property
+    def sensitivity(self) -> float:
+        return self.query_sensitivity
+
+    @property
+    def noise_scale(self) -> float:
+        return 2 * self.query_sensitivity / self.epsilon
+
+    def _release(self, values: Sequence[float], noise: NoiseSource) -> int | None:
+        answers = np.asarray(values, dtype=float)
+        noisy_threshold = self.threshold + noise.laplace(self.noise_scale, 1)[0]
+        noisy = answers + noise.laplace(2 * self.noise_scale, answers.size)
+        hits = np.flatnonzero(noisy >= noisy_threshold)
+        return int(hits[0]) if hits.size else None
+
+
+@dataclass(frozen=True)
+class ExponentialTopK(Mechanism):
+    """One-shot Gumbel top-k: k exponential-mechanism selections of ε each (peeling).
+
+    Gumbel scale 2Δ/ε, or Δ/ε when scores only move one way between neighbours (counts under
+    add/remove). Releases k indices, best first. Event: k-fold composition of ε-DP.
+    """
+
+    epsilon: float
+    k: int = 1
+    score_sensitivity: float = 1.0
+    monotonic: bool = False
+    kind: ClassVar[str] = "exponential"
+
+    def __post_init__(self) -> None:
+        _positive("epsilon", self.epsilon)
+        _positive("score_sensitivity", self.score_sensitivity)
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        one = PureDpEvent(self.epsilon)
+        return one if self.k == 1 else dp_event.SelfComposedDpEvent(one, self.k)
+
+    @property
+    def sensitivity(self) -> float:
+        return self.score_sensitivity
+
+    @property
+    def noise_scale(self) -> float:
+        return (1 if self.monotonic else 2) * self.score_sensitivity / self.epsilon
+
+    def _release(self, values: Sequence[float], noise: NoiseSource) -> list[int]:
+        scores = np.asarray(values, dtype=float)
+        if scores.size < self.k:
+            raise ValueError(f"need at least k={self.k} scores, got {scores.size}")
+        noisy = scores + noise.gumbel(self.noise_scale, scores.size)
+        return [int(i) for i in np.argsort(-noisy, kind="stable")[: self.k]]
+
+
+def report_noisy_max(epsilon: float, score_sensitivity: float = 1.0,
+                     monotonic: bool = False) -> ExponentialTopK:
+    """Report-noisy-max with Gumbel noise: the exponential mechanism choosing one index."""
+    return ExponentialTopK(epsilon, 1, score_sensitivity, monotonic)
+
+
+@dataclass(frozen=True)
+class LimitedDomainTopK(Mechanism):
+    """LimitedDomain top-k (Durfee & Rogers 2019; embedding-eda Alg. 3) over a count histogram.
+
+    Only the `domain_size` largest true counts may be chosen; a noisy ⊥ bar at
+    h_(K+1) + 1 + 2·ln(min(Δ₀, K, d-K)/δ)/ε stops the selection, so fewer than k (even zero)
+    indices may come back. Guarantee: the k-fold composition of ε-DP selections, plus δ.
+    Counts change by at most 1 (Δ∞ = 1) in at most `l0_sensitivity` bins.
+    """
+
+    epsilon: float
+    delta: float
+    domain_size: int
+    k: int
+    l0_sensitivity: int = 1
+    kind: ClassVar[str] = "limited_domain"
+
+    def __post_init__(self) -> None:
+        _positive("epsilon", self.epsilon)
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if not 1 <= self.k <= self.domain_size:
+            raise ValueError(f"need 1 <= k <= domain_size, got k={self.k}, "
+                             f"domain_size={self.domain_size}")
+        if self.l0_sensitivity < 1:
+            raise ValueError(f"l0_sensitivity must be >= 1, got {self.l0_sensitivity}")
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        one = PureDpEvent(self.epsilon)
+        inner = one if self.k == 1 else dp_event.SelfComposedDpEvent(one, self.k)
+        return ApproximateDpEvent(inner, self.delta)
+
+    @property
+    def sensitivity(self) -> float:
+        return 1.0
+
+    @property
+    def noise_scale(self) -> float:
+        return 2.0 / self.epsilon
+
+    def _release(self, values: Sequence[float], noise: NoiseSource) -> list[int]:
+        hist = np.asarray(values, dtype=float)
+        order = np.argsort(-hist, kind="stable")
+        d, top = hist.size, min(self.domain_size, hist.size)
+        noisy = hist[order[:top]] + noise.gumbel(self.noise_scale, top)
+        ranked = order[:top][np.argsort(-noisy, kind="stable")]
+        if d <= self.domain_size:  # the whole histogram is the domain: plain top-k
+            return [int(i) for i in ranked[: self.k]]
+        m = min(self.l0_sensitivity, self.domain_size, d - self.domain_size)
+        bar = (hist[order[self.domain_size]] + 1
+               + 2 * math.log(m / self.delta) / self.epsilon
+               + noise.gumbel(self.noise_scale, 1)[0])
+        n_above = int(np.sum(noisy > bar))
+        return [int(i) for i in ranked[: min(n_above, self.k)]]
+
+
+@dataclass(frozen=True)
+class NoisyMean(Mechanism):
+    """ε-DP mean of per-unit values clipped to [lower, upper]: a noisy centred sum over a
+    noisy count, both discrete Laplace; the scale b is set so the two together spend ε."""
+
+    epsilon: float
+    lower: float
+    upper: float
+    granularity: float = 2.0**-10
+    kind: ClassVar[str] = "noisy_mean"
+
+    def __post_init__(self) -> None:
+        _positive("epsilon", self.epsilon)
+        _check_grid(self.granularity)
+        if not self.upper > self.lower:
+            raise ValueError(f"need upper > lower, got [{self.lower}, {self.upper}]")
+
+    @property
+    def _half(self) -> float:
+        return (self.upper - self.lower) / 2
+
+    @property
+    def _sum(self) -> Laplace:
+        grid = _GridQuery(self._half, 1, False, self.granularity)
+        b = (1 + grid.steps * self.granularity / self._half) / self.epsilon
+        return Laplace(b * self._half, self._half, 1, False, self.granularity)
+
+    @property
+    def _count(self) -> Laplace:
+        return Laplace(self._sum.scale / self._half)
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        return dp_event.ComposedDpEvent([self._sum.event, self._count.event])
+
+    @property
+    def sensitivity(self) -> float:
+        return self._half
+
+    @property
+    def noise_scale(self) -> float:
+        return self._count.scale
+
+    def _release(self, values: Sequence[float], noise: NoiseSource) -> float:
+        x = np.clip(np.asarray(values, dtype=float).ravel(), self.lower, self.upper)
+        mid = (self.upper + self.lower) / 2
+        total = self._sum._release([float(np.sum(x - mid))], noise)[0]
+        count = self._count._release([x.size], noise)[0]
+        return float(np.clip(mid + total / max(count, 1.0), self.lower, self.upper))

@@ -1,0 +1,53 @@
+"""Reading and writing every supported format, and the errors for unreadable files."""
+
+import pandas as pd
+import pytest
+
+from dpsynth.data import read_table, write_table
+from dpsynth.errors import DataError
+
+FRAME = pd.DataFrame({"text": ["first ticket", "second, with a comma", "third \"quoted\""],
+                      "label": ["a", "b", "a"]})
+
+
+@pytest.mark.parametrize("name", ["d.csv", "d.tsv", "d.jsonl", "d.parquet", "d_hf"])
+def test_round_trip(tmp_path, name):
+    fmt = "hf" if name == "d_hf" else None
+    path = write_table(FRAME, tmp_path / name, fmt)
+    back = read_table(path)
+    pd.testing.assert_frame_equal(back[["text", "label"]].astype(str), FRAME)
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(DataError, match=r"nope\.csv: file not found"):
+        read_table(tmp_path / "nope.csv")
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "e.csv").write_text("  \n")
+    with pytest.raises(DataError, match="e.csv: file is empty"):
+        read_table(tmp_path / "e.csv")
+
+
+def test_non_utf8_bytes_name_the_line(tmp_path):
+    (tmp_path / "bad.csv").write_bytes(b"text,label\nfine,a\ncaf\xe9,b\n")
+    with pytest.raises(DataError, match=r"bad.csv: bytes that are not UTF-8 at line 3"):
+        read_table(tmp_path / "bad.csv")
+
+
+def test_bad_jsonl_line_names_the_row(tmp_path):
+    (tmp_path / "b.jsonl").write_text('{"text": "ok"}\n{"text": oops}\n')
+    with pytest.raises(DataError, match=r"b.jsonl, row 2: invalid JSON"):
+        read_table(tmp_path / "b.jsonl")
+
+
+def test_unknown_suffix(tmp_path):
+    (tmp_path / "d.xlsx").write_text("x")
+    with pytest.raises(DataError, match="cannot tell the format"):
+        read_table(tmp_path / "d.xlsx")
+
+
+def test_parquet_bytes_that_are_not_utf8(tmp_path):
+    pd.DataFrame({"text": [b"good", b"\xff\xfe"]}).to_parquet(tmp_path / "b.parquet")
+    with pytest.raises(DataError, match=r"b.parquet, row 2, field 'text': bytes that are not"):
+        read_table(tmp_path / "b.parquet")

@@ -1,0 +1,90 @@
+"""Each validation error names the file, the row and the field, and never quotes the text."""
+
+import pandas as pd
+import pytest
+
+from dpsynth.data import DataConfig
+from dpsynth.data.validate import validate
+from dpsynth.errors import DataError
+
+
+def spec(**kw):
+    return DataConfig(path="p.csv", label_column="label", **kw)
+
+
+def frame(texts, labels=None):
+    return pd.DataFrame({"text": texts, "label": labels or ["a", "b"] * (len(texts) // 2)})
+
+
+def test_clean_table_passes_through():
+    out = validate(frame(["one", "two", "three", "four"]), spec(), "p.csv")
+    assert out.texts == ["one", "two", "three", "four"]
+    assert out.labels == ["a", "b", "a", "b"]
+    assert out.report.rows_read == 4 and not out.report.duplicate_rows
+
+
+def test_missing_column_lists_columns():
+    with pytest.raises(DataError, match="p.csv: missing column 'body'; columns are: text, label"):
+        validate(frame(["x", "y"]), DataConfig(path="p.csv", text_column="body"), "p.csv")
+
+
+def test_no_rows():
+    with pytest.raises(DataError, match="p.csv: has no rows"):
+        validate(pd.DataFrame({"text": []}), DataConfig(path="p.csv"), "p.csv")
+
+
+@pytest.mark.parametrize("bad", ["", "   \t "])
+def test_empty_or_whitespace_text(bad):
+    with pytest.raises(DataError, match=r"p.csv, row 3, field 'text': text is empty"):
+        validate(frame(["a", "b", bad, "d"]), spec(), "p.csv")
+
+
+def test_missing_text_value():
+    with pytest.raises(DataError, match=r"row 2, field 'text': text is missing"):
+        validate(pd.DataFrame({"text": ["a", None]}), DataConfig(path="p.csv"), "p.csv")
+
+
+def test_missing_label():
+    with pytest.raises(DataError, match=r"row 2, field 'label': label is missing"):
+        validate(frame(["a", "b", "c", "d"], ["x", "", "x", "y"]), spec(), "p.csv")
+
+
+def test_label_with_one_example_names_label_and_row():
+    texts, labels = ["a", "b", "c", "d", "e"], ["x", "x", "lonely", "y", "y"]
+    with pytest.raises(DataError, match=r"row 3, field 'label': label 'lonely' has 1 example"):
+        validate(frame(texts, labels), spec(), "p.csv")
+
+
+def test_over_long_text_truncated_by_default():
+    out = validate(frame(["x" * 50, "short"]), spec(max_chars=10, min_examples_per_label=1),
+                   "p.csv")
+    assert out.texts[0] == "x" * 10 and out.report.truncated == 1
+
+
+def test_over_long_text_rejected_by_policy():
+    secret = "confidential " * 10
+    with pytest.raises(DataError, match=r"row 2, field 'text': text longer than") as info:
+        validate(frame(["ok", secret]), spec(max_chars=20, over_length="reject",
+                                             min_examples_per_label=1), "p.csv")
+    assert "confidential" not in str(info.value)
+
+
+def test_duplicates_reported_and_dropped():
+    labels = ["x", "y", "x", "y", "x", "x"]
+    out = validate(frame(["a", "b", "a", "c", "a", "d"], labels), spec(), "p.csv")
+    assert out.report.duplicate_rows == (3, 5)
+    assert out.report.duplicates_dropped == 2
+    assert out.texts == ["a", "b", "c", "d"]
+    assert "2 duplicate texts dropped" in out.report.summary()
+
+
+def test_duplicates_kept_by_policy():
+    out = validate(frame(["a", "b", "a", "c"]), spec(duplicates="keep"), "p.csv")
+    assert out.texts == ["a", "b", "a", "c"] and out.report.duplicate_rows == (3,)
+
+
+def test_label_count_row_refers_to_the_file_after_dropping_duplicates():
+    texts = ["a", "a", "b", "c", "d", "e"]
+    labels = ["x", "x", "x", "y", "y", "z"]
+    with pytest.raises(DataError, match=r"row 6, field 'label': label 'z'"):
+        validate(frame(texts, labels), spec(), "p.csv")

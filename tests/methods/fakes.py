@@ -1,0 +1,98 @@
+"""Small local backends for recipe tests: a bag-of-words embedder and a generator that
+builds text from its conditions and records every input it was given."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+import numpy as np
+
+from dpsynth.backends.base import BLANK, Embedder, Generator
+
+VOCAB = {
+    "billing": ["invoice", "refund", "charge", "payment", "card", "bill", "fee", "price"],
+    "shipping": ["parcel", "courier", "delivery", "box", "tracking", "address", "order", "late"],
+    "technical": ["wifi", "screen", "battery", "update", "error", "crash", "sync", "bluetooth"],
+    "account": ["password", "login", "email", "locked", "reset", "profile", "security", "access"],
+}
+FILLER = ["the", "a", "my", "is", "was", "please", "help", "today", "again", "thanks"]
+
+
+class HashEmbedder(Embedder):
+    """Hashed bag of words: texts sharing words are close; deterministic."""
+
+    is_remote = False
+
+    def __init__(self, dim: int = 64) -> None:
+        self._dim = dim
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                out[row, zlib.crc32(word.encode()) % self._dim] += 1.0
+        out[~out.any(axis=1), 0] = 1.0
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+class RecordingGenerator(Generator):
+    """Writes texts from the condition's label vocabulary; remembers all it was sent."""
+
+    def __init__(self) -> None:
+        self.inputs: list[str] = []
+        self.calls = 0
+
+    def _rng(self, *parts) -> np.random.Generator:
+        digest = hashlib.sha256(repr(parts).encode()).digest()
+        return np.random.default_rng(int.from_bytes(digest[:8], "big"))
+
+    def _text(self, condition, seed_parts) -> str:
+        rng = self._rng(*seed_parts)
+        words = VOCAB.get(condition.label or "", FILLER) + list(condition.keywords)
+        n = condition.length or 8
+        return " ".join(rng.choice(words + FILLER, size=max(1, n)))
+
+    def _record(self, *items) -> None:
+        self.calls += 1
+        for item in items:
+            self.inputs.extend(item if isinstance(item, list) else [str(item)])
+
+    def generate(self, conditions):
+        self._record([repr(c) for c in conditions])
+        return [self._text(c, ("g", i, repr(c))) for i, c in enumerate(conditions)]
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        self._record(list(texts), [repr(c) for c in conditions])
+        return [t.split()[0] + " " + self._text(c, ("r", t)) for t, c in
+                zip(texts, conditions, strict=True)]
+
+    def fill(self, masked_texts, conditions):
+        self._record(list(masked_texts), [repr(c) for c in conditions])
+        return [t.replace(BLANK, self._text(c, ("f", t)).split()[0]) for t, c in
+                zip(masked_texts, conditions, strict=True)]
+
+    def crossover(self, parent_groups, conditions):
+        self._record([p for g in parent_groups for p in g], [repr(c) for c in conditions])
+        return [" ".join(g[0].split()[:3] + g[1].split()[3:]) for g in parent_groups]
+
+
+CANARY = "zqx-canary-4417 my secret diagnosis"
+
+
+def ticket_texts(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Labelled private-like texts built from the label vocabularies, plus one canary."""
+    rng = np.random.default_rng(seed)
+    labels = list(VOCAB)
+    texts, ys = [], []
+    for i in range(n):
+        y = labels[i % len(labels)]
+        words = rng.choice(VOCAB[y], size=int(rng.integers(5, 15)))
+        texts.append(f"{' '.join(words)} ticket {i}")
+        ys.append(y)
+    texts[0] = CANARY
+    return texts, ys

@@ -1,0 +1,219 @@
+"""Recipes end to end on a small labelled set with local fake backends: outputs, budget,
+no private text sent anywhere, and kill-and-resume."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from dpsynth.backends.base import FAILED
+from dpsynth.config import parse_config
+from dpsynth.data import PrivateDataset
+from dpsynth.errors import BudgetExceededError
+from dpsynth.runner import run
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
+
+PARAMS = {
+    "dpga": {"iterations": 3, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
+             "n_crossover": 8, "n_generate": 8, "length_bins": 10, "max_words": 60,
+             "keyword_probe_samples": 5},
+    "pe": {"iterations": 3, "n_samples": 12, "label_fraction": 0.1},
+    "kd_tutor": {"n_output": 12, "pool_factor": 3, "n_negatives": 40, "teachers": 4,
+                 "n_queries": 24, "query_batch": 10},
+}
+OUTPUT_SIZE = {"dpga": 12, "pe": 12, "kd_tutor": 12}
+RELEASE_STAGE = {"dpga": ("voting", 3), "pe": ("voting", 3), "kd_tutor": ("student_queries", 3)}
+RECIPES = pytest.mark.parametrize("recipe", sorted(PARAMS))
+
+
+def make_config(tmp_path, tickets, recipe="dpga", out="out", epsilon=2.0, **params):
+    texts, labels = tickets
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                          index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label"},
+           "budget": {"epsilon": epsilon},
+           "recipe": {"name": recipe, "params": {**PARAMS[recipe], **params}},
+           "output": {"dir": str(tmp_path / out)}, "seed": 7}
+    return parse_config(raw, base_dir=tmp_path)
+
+
+@RECIPES
+def test_recipe_runs_and_spends_its_budget(tmp_path, tickets, recipe):
+    outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    synthetic = pd.read_csv(outputs.synthetic)
+    assert len(synthetic) == OUTPUT_SIZE[recipe]
+    assert set(synthetic["label"]) <= {"billing", "shipping", "technical", "account"}
+    privacy = json.loads(outputs.privacy.read_text())
+    assert privacy["spent"]["epsilon"] <= 2.0
+    assert privacy["recomputed_epsilon"] == pytest.approx(privacy["spent"]["epsilon"])
+    assert privacy["spent"]["epsilon"] > 1.9  # the plan fills the budget
+    stage, releases = RELEASE_STAGE[recipe]
+    assert privacy["breakdown"][stage]["releases"] == releases
+    assert outputs.metrics.read_text().strip()
+
+
+def test_dpga_releases_its_metadata(tmp_path, tickets):
+    outputs = run(make_config(tmp_path, tickets), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    stages = json.loads(outputs.privacy.read_text())["breakdown"]
+    assert stages["length_range_svt"]["releases"] == 2
+    for stage in ("label_histogram", "length_histogram", "keyword_histogram",
+                  "similarity_threshold"):
+        assert stages[stage]["releases"] == 1
+    first = json.loads(outputs.metrics.read_text().splitlines()[0])
+    low, high = first["length_range"]
+    assert 1 <= low <= high <= 60
+    assert -1 <= first["tau"] <= 1
+
+
+@RECIPES
+def test_no_private_text_reaches_the_generator(tmp_path, tickets, recipe):
+    generator = RecordingGenerator()
+    outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
+                  generator=generator)
+    sent = "\n".join(generator.inputs)
+    assert generator.calls > 0
+    for text in tickets[0]:
+        assert text not in sent
+    assert "zqx-canary" not in sent
+    for path in (tmp_path / "out").rglob("*"):
+        if path.is_file():
+            assert "zqx-canary" not in path.read_text(errors="ignore"), path
+    assert CANARY not in outputs.result.texts
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+class CrashingGenerator(RecordingGenerator):
+    def __init__(self, crash_at: int) -> None:
+        super().__init__()
+        self.crash_at = crash_at
+
+    def _record(self, *items):
+        super()._record(*items)
+        if self.calls == self.crash_at:
+            raise _Crash
+
+
+CRASH_AT = {"dpga": 4 + 1 + 4 + 2,  # label probes + init, expansion 1, part of expansion 2
+            "pe": 1 + 2}  # init, variation 1, variation 2
+RESUMABLE = pytest.mark.parametrize("recipe", sorted(CRASH_AT))
+
+
+@RESUMABLE
+def test_kill_and_resume_gives_the_uninterrupted_output(tmp_path, tickets, recipe):
+    whole = run(make_config(tmp_path, tickets, recipe, out="whole"), embedder=HashEmbedder(),
+                generator=RecordingGenerator())
+    with pytest.raises(_Crash):
+        run(make_config(tmp_path, tickets, recipe, out="resumed"), embedder=HashEmbedder(),
+            generator=CrashingGenerator(CRASH_AT[recipe]))
+    resumed = run(make_config(tmp_path, tickets, recipe, out="resumed"),
+                  embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert resumed.result.texts == whole.result.texts
+    assert resumed.result.labels == whole.result.labels
+    assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]
+
+
+def test_unknown_param_is_a_located_error(tmp_path, tickets):
+    from dpsynth.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"recipe\.params\.iteratons: unknown key"):
+        run(make_config(tmp_path, tickets, "pe", iteratons=3), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
+
+
+def test_budget_split_overrides_stage_fractions(tickets):
+    from dpsynth.errors import ConfigError
+    from dpsynth.methods.pe import PrivateEvolution
+
+    private = PrivateDataset(tickets[0], labels=tickets[1])
+    default = PrivateEvolution.from_config(PARAMS["pe"]).plan(private, 2.0, 1e-4)
+    smaller = PrivateEvolution.from_config(PARAMS["pe"], {"voting": 0.5}).plan(private, 2.0,
+                                                                               1e-4)
+    assert smaller.stage("voting").noise_scale > default.stage("voting").noise_scale
+    with pytest.raises(ConfigError, match="unknown stage"):
+        PrivateEvolution.from_config(PARAMS["pe"], {"votes": 0.5}).plan(private, 2.0, 1e-4)
+
+
+def test_unseeded_resume_keeps_releases_lost_in_a_crash(tmp_path, tickets):
+    config = make_config(tmp_path, tickets, "pe", out="unseeded").model_copy(
+        update={"seed": None})
+    with pytest.raises(_Crash):
+        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(CRASH_AT["pe"]))
+    # the vote released after checkpoint 1 was lost with the crash: it stays charged, so a
+    # plan that used the whole budget cannot finish — the ledger refuses the last vote
+    with pytest.raises(BudgetExceededError, match="stage 'voting'"):
+        run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    journal = (tmp_path / "unseeded" / "checkpoints" / "charges.jsonl").read_text()
+    assert journal.count("(before resume)") == 1
+
+
+def test_seeded_resume_charges_replayed_releases_once(tmp_path, tickets):
+    config = make_config(tmp_path, tickets, "pe", out="seeded")
+    with pytest.raises(_Crash):
+        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(CRASH_AT["pe"]))
+    journal = tmp_path / "seeded" / "checkpoints" / "charges.jsonl"
+    assert len(journal.read_text().splitlines()) == 3  # label histogram and two votes
+    resumed = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert len(resumed.ledger.charges) == 4
+    assert len(journal.read_text().splitlines()) == 4
+
+
+class FlakyGenerator(RecordingGenerator):
+    """Fails every third output, as a remote backend does after its retries run out."""
+
+    def _flaky(self, outputs):
+        return [FAILED if i % 3 == 2 else text for i, text in enumerate(outputs)]
+
+    def generate(self, conditions):
+        return self._flaky(super().generate(conditions))
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        return self._flaky(super().rewrite(texts, conditions, strength))
+
+
+@RECIPES
+def test_failed_outputs_are_dropped(tmp_path, tickets, recipe):
+    outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
+                  generator=FlakyGenerator())
+    assert outputs.result.texts
+    assert FAILED not in outputs.result.texts
+
+
+@RECIPES
+def test_expected_generations_match_the_run(tmp_path, tickets, recipe):
+    from dpsynth.methods.registry import build_recipe
+
+    config = make_config(tmp_path, tickets, recipe)
+    generator = CountingGenerator()
+    outputs = run(config, embedder=HashEmbedder(), generator=generator)
+    expected = build_recipe(config.recipe).expected_generations(
+        PrivateDataset(tickets[0], labels=tickets[1]))
+    assert outputs.result.texts
+    assert {op: n for op, n in generator.outputs.items() if n} == {
+        op: n for op, n in expected.items() if n}
+
+
+class CountingGenerator(RecordingGenerator):
+    def __init__(self):
+        super().__init__()
+        self.outputs = {"generate": 0, "rewrite": 0, "fill": 0, "crossover": 0}
+
+    def generate(self, conditions):
+        self.outputs["generate"] += len(conditions)
+        return super().generate(conditions)
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        self.outputs["rewrite"] += len(texts)
+        return super().rewrite(texts, conditions, strength)
+
+    def fill(self, masked_texts, conditions):
+        self.outputs["fill"] += len(masked_texts)
+        return super().fill(masked_texts, conditions)
+
+    def crossover(self, parent_groups, conditions):
+        self.outputs["crossover"] += len(parent_groups)
+        return super().crossover(parent_groups, conditions)

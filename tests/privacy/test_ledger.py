@@ -1,0 +1,146 @@
+"""The ledger refuses over-budget releases before any noise, round-trips through JSON with
+figures recomputed, and no sequence of charges leaves it over budget."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpsynth.errors import BudgetExceededError
+from dpsynth.privacy import (
+    AboveThreshold,
+    Gaussian,
+    Laplace,
+    LimitedDomainTopK,
+    PrivacyLedger,
+    SubsampledGaussianHistogram,
+    epsilon_of,
+    make_rng,
+)
+from dpsynth.privacy.events import PureDpEvent
+
+COARSE = 1e-3
+
+
+class CountingSource:
+    """A noise source that records every draw."""
+
+    def __init__(self) -> None:
+        self.inner, self.calls = make_rng(0), 0
+
+    def __getattr__(self, name):
+        def draw(*args, **kwargs):
+            self.calls += 1
+            return getattr(self.inner, name)(*args, **kwargs)
+        return draw
+
+
+def test_over_budget_release_raises_before_any_noise_is_drawn():
+    ledger = PrivacyLedger(1.0, 1e-5, discretization=COARSE)
+    noise = CountingSource()
+    ledger.release("hist", Laplace(2.0), [1, 2, 3], noise)
+    calls, spent, n = noise.calls, ledger.spent(), len(ledger.charges)
+    with pytest.raises(BudgetExceededError, match=r"stage 'too much'.*nothing was released"):
+        ledger.release("too much", Laplace(1.0), [1, 2, 3], noise)
+    assert noise.calls == calls
+    assert ledger.spent() == spent and len(ledger.charges) == n
+
+
+def test_charges_are_recorded_with_stage_sensitivity_and_scale():
+    ledger = PrivacyLedger(2.0, 1e-5, discretization=COARSE)
+    ledger.release("votes", SubsampledGaussianHistogram(8.0, 0.5, 3), [0, 1, 2, 2], make_rng(1))
+    charge = ledger.charges[0]
+    assert (charge.stage, charge.mechanism, charge.sensitivity, charge.noise_scale) == (
+        "votes", "subsampled_gaussian", 1.0, 8.0)
+    assert 0 < ledger.spent() == pytest.approx(ledger.breakdown()["votes"]["epsilon_alone"])
+    assert ledger.remaining() == pytest.approx(2.0 - ledger.spent())
+    before = ledger.spent()
+    preview = ledger.would_spend(Laplace(4.0).event)
+    assert ledger.spent() == before and len(ledger.charges) == 1  # a preview charges nothing
+    ledger.charge("more", Laplace(4.0).event)
+    assert before < ledger.spent() == pytest.approx(preview)
+
+
+def _busy_ledger() -> PrivacyLedger:
+    ledger = PrivacyLedger(3.0, 1e-5, discretization=COARSE)
+    rng = make_rng(3)
+    ledger.release("svt", AboveThreshold(0.2, 0.0), [-3.0, 5.0], rng)
+    ledger.release("hist", Laplace(10.0), [4, 5], rng)
+    for _ in range(3):
+        ledger.release("votes", SubsampledGaussianHistogram(6.0, 0.8, 4), [0, 3, 3], rng)
+    ledger.release("select", LimitedDomainTopK(0.1, 1e-6, 5, 2), np.arange(20), rng)
+    ledger.release("pate", Gaussian(30.0, max_changed=2), [1, 2], rng)
+    return ledger
+
+
+def test_json_round_trip_recomputes_the_total_from_events():
+    ledger = _busy_ledger()
+    data = json.loads(ledger.to_json())
+    assert data["spent"]["epsilon"] == pytest.approx(ledger.spent())
+    data["spent"]["epsilon"] = 0.0  # a stored figure is never trusted
+    data["breakdown"] = {}
+    loaded = PrivacyLedger.from_dict(data)
+    assert loaded.spent() == pytest.approx(ledger.spent(), rel=1e-12)
+    assert loaded.breakdown() == ledger.breakdown()
+    assert [c.event for c in loaded.charges] == [c.event for c in ledger.charges]
+    assert ledger.spent() <= loaded.spent_rdp()
+
+
+def test_loading_a_ledger_over_its_budget_fails():
+    data = json.loads(_busy_ledger().to_json())
+    data["budget"]["epsilon"] = 0.5
+    with pytest.raises(BudgetExceededError):
+        PrivacyLedger.from_dict(data)
+
+
+def test_loading_refuses_unknown_event_types():
+    data = json.loads(_busy_ledger().to_json())
+    data["charges"][0]["event"]["type"] = "os.system"
+    with pytest.raises(ValueError, match="unknown privacy event type"):
+        PrivacyLedger.from_dict(data)
+
+
+def test_fixed_delta_events_use_up_the_delta():
+    ledger = PrivacyLedger(10.0, 1e-5, discretization=COARSE)
+    ledger.charge("ld", LimitedDomainTopK(0.1, 6e-6, 5, 1).event)
+    with pytest.raises(BudgetExceededError):
+        ledger.charge("ld", LimitedDomainTopK(0.1, 6e-6, 5, 1).event)
+
+
+def test_non_private_events_are_refused():
+    ledger = PrivacyLedger(10.0, 1e-5, discretization=COARSE)
+    with pytest.raises(BudgetExceededError):
+        ledger.charge("leak", dp_event.NonPrivateDpEvent())
+    with pytest.raises(ValueError, match="cannot account"):
+        ledger.charge("odd", dp_event.UnsupportedDpEvent())
+
+
+_events = st.one_of(
+    st.floats(0.5, 20).map(lambda b: Laplace(b).event),
+    st.floats(0.5, 40).map(lambda s: Gaussian(s).event),
+    st.tuples(st.floats(1, 30), st.floats(0.05, 1)).map(
+        lambda p: SubsampledGaussianHistogram(p[0], p[1], 2).event),
+    st.floats(0.01, 1.5).map(PureDpEvent),
+    st.floats(0.01, 0.5).map(lambda e: LimitedDomainTopK(e, 2e-7, 4, 2).event),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.2, 4), st.lists(_events, min_size=1, max_size=8))
+def test_no_sequence_of_charges_leaves_the_ledger_over_budget(epsilon, events):
+    ledger = PrivacyLedger(epsilon, 1e-5, discretization=1e-2)
+    for event in events:
+        before = ledger.spent()
+        try:
+            ledger.charge("s", event)
+        except BudgetExceededError:
+            assert ledger.spent() == before
+        assert ledger.spent() <= epsilon
+    # the committed events, composed afresh, agree with the ledger
+    committed = dp_event.ComposedDpEvent([c.event for c in ledger.charges])
+    assert epsilon_of(committed, 1e-5, 1e-2) == pytest.approx(ledger.spent(), abs=1e-9)

@@ -1,0 +1,116 @@
+"""The budget planner: every answer meets the budget, and PLD tightening helps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from rich.console import Console
+
+from dpsynth.privacy import PrivacyLedger, StageSpec, plan_budget, plan_table
+from dpsynth.privacy.calibration import calibrate, epsilon_of
+
+COARSE = 1e-3
+DELTA = 1 / (8000 * math.log(8000))
+
+
+def _dpga(eps_fraction_vote: float = 0.5) -> list[StageSpec]:
+    return [StageSpec("svt", "svt", 0.2, compositions=2),
+            StageSpec("histograms", "laplace", 0.3, compositions=3),
+            StageSpec("votes", "subsampled_gaussian", eps_fraction_vote, compositions=10,
+                      sampling_rate=0.8)]
+
+
+def test_plan_meets_the_budget_and_tightening_lowers_every_scale():
+    tight = plan_budget(1.0, DELTA, _dpga(), discretization=COARSE)
+    loose = plan_budget(1.0, DELTA, _dpga(), tighten=False, discretization=COARSE)
+    assert 0.99 <= tight.epsilon_composed <= 1.0
+    assert loose.epsilon_composed < 1.0
+    for a, b in zip(tight.stages, loose.stages, strict=True):
+        assert a.noise_scale < b.noise_scale
+    # the planned events, charged one by one, fit the ledger
+    ledger = PrivacyLedger(1.0, DELTA, discretization=COARSE)
+    for stage in tight.stages:
+        for _ in range(stage.spec.compositions):
+            ledger.charge(stage.spec.name, stage.mechanism.event)
+    assert ledger.spent() <= 1.0
+    assert tight.epsilon_composed <= tight.epsilon_rdp
+
+
+def test_plan_with_limited_domain_reserves_its_delta():
+    stages = [StageSpec("select", "limited_domain", 1.0, compositions=5, selections=3,
+                        delta=1e-6)]
+    plan = plan_budget(2.0, 1e-5, stages, discretization=COARSE)
+    assert plan.epsilon_composed <= 2.0
+    eps_each = plan.stage("select").mechanism.epsilon
+    assert eps_each > 2.0 / 15  # optimal composition beats the basic split
+    with pytest.raises(ValueError, match="fixed-δ stages"):
+        plan_budget(2.0, 4e-6, stages, discretization=COARSE)
+
+
+def test_plan_rejects_bad_fractions_and_names():
+    with pytest.raises(ValueError, match="sum to"):
+        plan_budget(1.0, 1e-5, [StageSpec("a", "laplace", 0.7), StageSpec("b", "laplace", 0.7)])
+    with pytest.raises(ValueError, match="unique"):
+        plan_budget(1.0, 1e-5, [StageSpec("a", "laplace", 0.3), StageSpec("a", "laplace", 0.3)])
+    with pytest.raises(ValueError, match="fraction"):
+        StageSpec("a", "laplace", 0.0)
+
+
+def test_plan_table_lists_every_stage_and_the_total():
+    plan = plan_budget(2.0, DELTA, _dpga(), discretization=COARSE)
+    console = Console(width=160, record=True)
+    console.print(plan_table(plan))
+    text = console.export_text()
+    for name in ("svt", "histograms", "votes", "total (PLD)", "RDP cross-check"):
+        assert name in text
+    assert f"{plan.stage('votes').noise_scale:.4g}" in text
+
+
+def test_calibrate_returns_the_smallest_safe_scale():
+    from dpsynth.privacy import Laplace
+    scale = calibrate(lambda b: Laplace(b).event, 0.5, 1e-9, discretization=COARSE)
+    assert epsilon_of(Laplace(scale).event, 1e-9, COARSE) <= 0.5
+    assert epsilon_of(Laplace(scale * 0.99).event, 1e-9, COARSE) > 0.5
+
+
+def test_votes_need_less_noise_than_the_seed_accounting_allows():
+    """dpga-textsyn §4.2 at ε=1: σ/√T composition, amplification after it, ε_vote = ε/2."""
+    from dp_accounting import dp_event
+
+    from dpsynth.privacy import SubsampledGaussianHistogram, analytic_gaussian_sigma
+
+    eps_pre = math.log1p(math.expm1(0.5) / 0.8)
+    seed_sigma = math.sqrt(10) * analytic_gaussian_sigma(eps_pre, DELTA / 0.8)
+    ours = calibrate(lambda s: dp_event.SelfComposedDpEvent(
+        SubsampledGaussianHistogram(s, 0.8, 1).event, 10), 0.5, DELTA, discretization=COARSE)
+    assert seed_sigma == pytest.approx(18.30, abs=0.01)
+    assert ours < 0.97 * seed_sigma
+
+
+def test_dp_sgd_stage_plans_a_noise_multiplier_beside_a_histogram():
+    """CTCL: a σ-histogram and DP-Adam share one PLD; the step event is continuous Gaussian."""
+    from dp_accounting import dp_event
+
+    stages = [StageSpec("topics", "gaussian", 0.1),
+              StageSpec("dp-adam", "dp_sgd", 0.9, compositions=200, sampling_rate=0.01)]
+    plan = plan_budget(4.0, 1e-6, stages, discretization=COARSE)
+    step = plan.stage("dp-adam").release_event
+    assert isinstance(step, dp_event.PoissonSampledDpEvent)
+    assert step.event.noise_multiplier == plan.stage("dp-adam").noise_scale
+    assert plan.epsilon_composed <= 4.0
+    with pytest.raises(ValueError, match="drawn by the trainer"):
+        plan.stage("dp-adam").mechanism  # noqa: B018
+
+
+def test_apply_split_overrides_fractions_and_names_bad_keys():
+    from dpsynth.errors import ConfigError
+    from dpsynth.privacy import apply_split
+
+    stages = _dpga()
+    split = apply_split(stages, {"votes": 0.4, "svt": 0.3})
+    assert [s.fraction for s in split] == [0.3, 0.3, 0.4]
+    with pytest.raises(ConfigError, match=r"unknown stage\(s\) \['vote'\]"):
+        apply_split(stages, {"vote": 0.5})
+    with pytest.raises(ConfigError, match="sum to"):
+        apply_split(stages, {"votes": 0.9})

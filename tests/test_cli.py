@@ -1,0 +1,67 @@
+"""The command line: exit codes, one-line errors and help."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from dpsynth.cli import main
+
+
+def run_cli(*argv):
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    return info.value.code
+
+
+def write_config(tmp_path, data_path, **data):
+    config = {"data": {"path": str(data_path), "label_column": "label", **data},
+              "budget": {"epsilon": 2.0}, "recipe": {"name": "dpga"},
+              "output": {"dir": str(tmp_path / "out")}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_plan_on_bundled_example(capsys):
+    main(["plan"])
+    out = capsys.readouterr().out
+    assert "privacy units" in out and "188 (user-level" in out
+    assert "ε = 4" in out
+
+
+def test_bad_data_is_a_one_line_error_with_exit_2(tmp_path, capsys):
+    (tmp_path / "d.csv").write_text("text,label\nhello,a\n,b\n")
+    code = run_cli("plan", str(write_config(tmp_path, tmp_path / "d.csv")))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "row 2, field 'text': text is empty" in err
+    assert "Traceback" not in err
+
+
+def test_bad_config_exit_2(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("data: {path: x.csv}\nbudget: {epsilon: 1, delta: 2}\nrecipe: {name: dpga}\n")
+    assert run_cli("plan", str(path)) == 2
+    assert "budget.delta" in capsys.readouterr().err
+
+
+def test_unknown_option_is_a_usage_error():
+    assert run_cli("plan", "--no-such-option") == 2
+
+
+def test_bad_log_level(capsys):
+    assert run_cli("plan", "--log-level", "loud") == 2
+
+
+def test_report_of_a_missing_folder_is_bad_input(tmp_path, capsys):
+    assert run_cli("report", str(tmp_path / "absent")) == 2
+    assert "not a run folder" in capsys.readouterr().err
+
+
+def test_help_lists_every_command():
+    result = subprocess.run([sys.executable, "-m", "dpsynth", "--help"], capture_output=True,
+                            text=True, check=True)
+    for command in ("run", "plan", "eval", "report"):
+        assert command in result.stdout

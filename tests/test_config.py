@@ -1,0 +1,79 @@
+"""Config loading: located errors for unknown keys and bad values, and the δ rules."""
+
+import logging
+import math
+
+import pytest
+import yaml
+
+from dpsynth.config import load_config, parse_config
+from dpsynth.errors import ConfigError
+from dpsynth.examples import EXAMPLE_CONFIG
+from dpsynth.privacy.config import BudgetConfig, default_delta, resolve_delta
+
+BASE = {"data": {"path": "d.csv"}, "budget": {"epsilon": 1.0}, "recipe": {"name": "dpga"}}
+
+
+def with_(section, **values):
+    return {**BASE, section: {**BASE.get(section, {}), **values}}
+
+
+def test_bundled_example_loads():
+    cfg = load_config(EXAMPLE_CONFIG)
+    assert cfg.recipe.name == "dpga" and cfg.budget.epsilon == 4.0
+    assert cfg.base_dir == EXAMPLE_CONFIG.parent
+
+
+def test_unknown_key_error_gives_its_path():
+    with pytest.raises(ConfigError, match=r"budget\.epsilom: unknown key"):
+        parse_config({**BASE, "budget": {"epsilon": 1.0, "epsilom": 2}})
+    with pytest.raises(ConfigError, match=r"backends\.embedder\.nmae: unknown key"):
+        parse_config({**BASE, "backends": {"embedder": {"nmae": "x"}}})
+    with pytest.raises(ConfigError, match=r"extra_section: unknown key"):
+        parse_config({**BASE, "extra_section": {}})
+
+
+@pytest.mark.parametrize("epsilon", [0, -1])
+def test_epsilon_must_be_positive(epsilon):
+    with pytest.raises(ConfigError, match=r"budget\.epsilon: Input should be greater than 0"):
+        parse_config(with_("budget", epsilon=epsilon))
+
+
+@pytest.mark.parametrize("delta", [0, 1, 1.5, -0.1])
+def test_delta_in_open_unit_interval(delta):
+    with pytest.raises(ConfigError, match=r"budget\.delta"):
+        parse_config(with_("budget", delta=delta))
+
+
+def test_missing_section_and_bad_recipe():
+    with pytest.raises(ConfigError, match=r"recipe: Field required"):
+        parse_config({k: v for k, v in BASE.items() if k != "recipe"})
+    with pytest.raises(ConfigError, match=r"recipe\.name"):
+        parse_config(with_("recipe", name="magic"))
+
+
+def test_yaml_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "none.yaml")
+    (tmp_path / "bad.yaml").write_text("data: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text(yaml.safe_dump([1, 2]))
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(tmp_path / "list.yaml")
+
+
+def test_default_delta_is_one_over_n_ln_n():
+    assert default_delta(8000) == pytest.approx(1 / (8000 * math.log(8000)))
+    expected = 1 / (1000 * math.log(1000))
+    assert resolve_delta(BudgetConfig(epsilon=1), 1000) == pytest.approx(expected)
+
+
+def test_large_delta_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="dpsynth"):
+        assert resolve_delta(BudgetConfig(epsilon=1, delta=0.01), 100) == 0.01
+    assert "at least 1/N" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dpsynth"):
+        resolve_delta(BudgetConfig(epsilon=1, delta=1e-6), 100)
+    assert not caplog.records

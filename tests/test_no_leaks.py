@@ -1,0 +1,45 @@
+"""Canary records planted in a private set never reach stdout, stderr or run.log."""
+
+import contextlib
+
+import pandas as pd
+import pytest
+import yaml
+
+from dpsynth.cli import main
+
+CANARIES = [f"canary-{i:02d}-zq{i * 7919} my secret account number is {i * 104729}"
+            for i in range(5)]
+
+
+@pytest.fixture
+def private_config(tmp_path):
+    texts = CANARIES + [f"ordinary support ticket number {i}" for i in range(40)]
+    frame = pd.DataFrame({"text": texts, "label": ["a", "b"] * (len(texts) // 2) + ["a"],
+                          "user": [f"u{i % 20}" for i in range(len(texts))]})
+    frame.to_csv(tmp_path / "private.csv", index=False)
+    config = {"data": {"path": "private.csv", "label_column": "label", "user_column": "user",
+                       "max_records_per_user": 1},
+              "budget": {"epsilon": 1.0},
+              "recipe": {"name": "dpga", "params": {
+                  "iterations": 2, "n_init": 16, "n_elite": 6, "n_rewrite": 4, "n_fill": 4,
+                  "n_crossover": 4, "n_generate": 4, "max_words": 40, "length_bins": 5,
+                  "keyword_probe_samples": 3}},
+              "output": {"dir": str(tmp_path / "out")}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_no_canary_in_any_output(private_config, command, capsys):
+    # whether `run` succeeds or stops on an error, what it printed and logged is checked
+    with contextlib.suppress(SystemExit):
+        main([command, str(private_config / "run.yaml"), "--log-level", "debug"])
+    captured = capsys.readouterr()
+    logs = [p.read_text() for p in (private_config / "out").glob("*.log")]
+    if command == "run":
+        assert logs and "private data" in logs[0]
+    for text in [captured.out, captured.err, *logs]:
+        for canary in CANARIES:
+            assert canary not in text
+            assert canary.split()[0] not in text
