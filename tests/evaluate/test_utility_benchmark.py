@@ -68,5 +68,6 @@ def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashin
 def test_lower_bound_is_not_available_without_a_generator(bench, monkeypatch):
     monkeypatch.delitem(factory.GENERATORS, "offline", raising=False)
     table = bench.TextTable(["x", "y"], ["a", "b"], "t")
+    args = bench._parse(["tiny", "--generator", "offline"])
     with pytest.raises(bench.NotAvailable, match="offline"):
-        bench._lower_bound(table, 4, 0, "offline")
+        bench._lower_bound(table, 4, 0, args)
