@@ -264,7 +264,7 @@ def _num(value: object) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
     return str(value)
 
 
