@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     test = _sample(read_text_table(data / "test.csv", require_labels=True), args.test_size, 0)
     embedder = build_embedder(EmbedderConfig(name=args.embedder))
     config = EvalConfig(seed=0, max_samples=args.n_synthetic, mauve=not args.no_mauve,
+                        classifier=args.classifier,
                         next_token=NextTokenConfig(steps=args.next_token_steps)
                         if args.next_token else None)
     test_emb = embedder.encode(test.texts)
@@ -209,7 +210,7 @@ def _write(rows: list[Row], args: argparse.Namespace) -> None:
     pd.DataFrame(records).to_csv(stem.with_suffix(".csv"), index=False)
     title = (f"# Utility on {args.dataset}: n = {args.n_synthetic} synthetic records, "
              f"{args.test_size} real test records, seeds {args.seeds}, embedder "
-             f"{args.embedder}, logistic regression\n\n")
+             f"{args.embedder}, classifier {args.classifier}\n\n")
     stem.with_suffix(".md").write_text(title + "\n".join(lines) + "\n", encoding="utf-8")
     print(title + "\n".join(lines))
     print(f"\nwrote {stem.with_suffix('.md')} and {stem.with_suffix('.csv')}", file=sys.stderr)
@@ -239,6 +240,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--generator", default="offline")
     parser.add_argument("--generator-model", default=None, help="backends.generator.model")
+    parser.add_argument("--classifier", choices=("logistic", "finetune"), default="logistic")
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
     parser.add_argument("--next-token-steps", type=int, default=200)
     parser.add_argument("--no-mauve", action="store_true")

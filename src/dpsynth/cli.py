@@ -102,6 +102,9 @@ def evaluate(
     next_token: Annotated[bool, typer.Option(
         help="Train the small LM for next-token accuracy (the slowest metric).")] = True,
     next_token_steps: Annotated[int, typer.Option(help="Training steps of that LM.")] = 200,
+    classifier: Annotated[str, typer.Option(
+        help="Downstream classifier: logistic (on embeddings) or finetune (MiniLM).")
+    ] = "logistic",
     mauve: Annotated[bool, typer.Option(help="Compute MAUVE.")] = True,
     seed: Annotated[int, typer.Option(help="Seed for subsampling and models.")] = 0,
     log_level: LevelOpt = "info",
@@ -112,8 +115,12 @@ def evaluate(
     from dpsynth.evaluate.next_token import NextTokenConfig
 
     setup_logging(_check_level(log_level))
+    if classifier not in ("logistic", "finetune"):
+        raise typer.BadParameter(f"'{classifier}' is not one of logistic, finetune",
+                                 param_hint="--classifier")
     config = EvalConfig(
         text_column=text_column, label_column=label_column, seed=seed, mauve=mauve,
+        classifier=classifier,
         next_token=NextTokenConfig(steps=next_token_steps) if next_token else None)
     folder = output if output is not None else synthetic.parent / "eval"
     result = run_evaluation(synthetic, real_test, real_train, config, output=folder)

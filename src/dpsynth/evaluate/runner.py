@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,7 @@ from dpsynth.evaluate.downstream import (
     fit_classifier,
     true_label_probability,
 )
+from dpsynth.evaluate.finetune import FinetuneConfig, finetune_classification
 from dpsynth.evaluate.next_token import NextTokenConfig, next_token_accuracy
 from dpsynth.evaluate.result import EvalResult
 from dpsynth.evaluate.tables import TextTable, read_text_table
@@ -44,6 +46,9 @@ class EvalConfig(BaseModel):
     text_column: str = "text"
     label_column: str | None = "label"
     seed: int = 0
+    classifier: Literal["logistic", "finetune"] = Field(
+        "logistic", description="logistic regression on embeddings, or fine-tuning an encoder")
+    finetune: FinetuneConfig = FinetuneConfig()
     max_samples: int = Field(2000, ge=10, description="rows per set for the quadratic metrics")
     knn_k: int = Field(3, ge=1)
     mauve: bool = True
@@ -119,8 +124,13 @@ def _classification(synth: TextTable, synth_emb: np.ndarray, test: TextTable,
                     test_emb: np.ndarray, config: EvalConfig) -> dict:
     if synth.labels is None or test.labels is None:
         return {"skipped": "needs labels on the synthetic and the real test set"}
-    return downstream_classification(synth_emb, synth.labels, test_emb, test.labels,
-                                     config.seed).to_dict()
+    if config.classifier == "finetune":
+        scores = finetune_classification(synth.texts, synth.labels, test.texts, test.labels,
+                                         config.finetune, config.seed)
+    else:
+        scores = downstream_classification(synth_emb, synth.labels, test_emb, test.labels,
+                                           config.seed)
+    return {"model": config.classifier, **scores.to_dict()}
 
 
 def _fidelity(synth: TextTable, synth_emb: np.ndarray, test: TextTable, test_emb: np.ndarray,
