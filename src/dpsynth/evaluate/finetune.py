@@ -55,8 +55,8 @@ def finetune_classification(train_texts: Sequence[str], train_labels: Sequence[s
     try:
         torch.manual_seed(seed)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(path), num_labels=max(len(classes), 2))
+        model = _with_fresh_head(AutoModelForSequenceClassification, path,
+                                 max(len(classes), 2))
         y = torch.tensor([index[label] for label in train_labels])
         steps = max(1, math.ceil(config.epochs * len(train_texts) / config.batch_size))
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
@@ -87,6 +87,19 @@ def finetune_classification(train_texts: Sequence[str], train_labels: Sequence[s
         torch.set_num_threads(previous)
     return scores_from_predictions(test_labels, [classes[i] for i in predicted], classes,
                                    n_train=len(train_texts))
+
+
+def _with_fresh_head(auto_class, path: Path, num_labels: int):
+    """Load the encoder with a new classification head, without the loader's report that the
+    head is newly initialised (it is meant to be)."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return auto_class.from_pretrained(str(path), num_labels=num_labels)
+    finally:
+        hf_logging.set_verbosity(previous)
 
 
 def _minilm_folder() -> Path:
