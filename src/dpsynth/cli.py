@@ -94,8 +94,8 @@ def evaluate(
         help="Real train split, the private data: adds private-only privacy diagnostics."
     )] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", help="Folder for metrics.json and figures.json [default: beside the "
-        "synthetic file, in eval/]")] = None,
+        "--output", help="Folder for metrics.json and figures.json (default: eval/ beside "
+        "the synthetic file).")] = None,
     text_column: Annotated[str, typer.Option(help="Text column in every file.")] = "text",
     label_column: Annotated[str, typer.Option(
         help="Label column; files without it are treated as unlabelled.")] = "label",
@@ -131,7 +131,7 @@ def evaluate(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder.")],
            output: Annotated[Path | None, typer.Option(
-               "--output", help="HTML file [default: RUN_DIR/report.html]")] = None,
+               "--output", help="HTML file (default: RUN_DIR/report.html).")] = None,
            public: Annotated[bool, typer.Option(
                "--public", help="Leave out the private-only privacy diagnostics.")] = False,
            log_level: LevelOpt = "info") -> None:
