@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -15,3 +16,16 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not beside this checkout")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dpsynth_logger():
+    """The CLI routes the `dpsynth` logger to its own handlers; give each test a clean one so
+    caplog sees every record whatever ran before."""
+    yield
+    logger = logging.getLogger("dpsynth")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)

@@ -23,6 +23,7 @@ def setup_logging(level: str = "info", log_file: Path | None = None) -> None:
         logger.removeHandler(handler)
         handler.close()
     logger.setLevel(level.upper())
+    logger.propagate = False  # libraries may have configured the root logger; print once
     console = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
     console.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(console)

@@ -90,7 +90,15 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
     "openai": _openai_embedder,
     "tfidf": _tfidf,
 }
+def _offline(cfg: GeneratorConfig) -> Generator:
+    from dpsynth.backends.offline.generator import OfflineGenerator
+
+    return OfflineGenerator(cfg.model, temperature=cfg.temperature, top_p=cfg.top_p,
+                            seed=cfg.seed)
+
+
 GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
+    "offline": _offline,
     "openai": _openai_generator,
     "hf": _hf_generator,
 }

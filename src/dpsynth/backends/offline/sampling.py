@@ -1,0 +1,153 @@
+"""Batched, seeded nucleus sampling with per-row length control, for the offline LM.
+
+Each row writes one or more segments: a whole text (ended by the end-of-text token) or, for
+fill-in-the-middle, one span per blank (each ended by the separator token). A segment has a
+word budget: its end token is blocked below `min_words`, new words are blocked from
+`max_words` on, and once `target` words are written the segment ends at the next sentence
+end. Byte-level BPE tokens are either whitespace or text with at most one leading space, so a
+word starts at a text token that has a leading space or follows whitespace; the count is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from dpsynth.backends.offline.format import EOS, SEP, SPECIAL_TOKENS
+
+_NEG = float("-inf")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The word budget of one segment of a row."""
+
+    min_words: int = 1
+    target: float = float("inf")
+    max_words: float = float("inf")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One row: its prompt ids and its segments, in order."""
+
+    prompt: list[int]
+    segments: tuple[Segment, ...]
+    fill: bool = False
+    """Segments end with the separator (fill-in-the-middle), not the end-of-text token."""
+    words_so_far: int = 0
+    """Words already in the text before generation starts (a kept prefix)."""
+
+
+class TokenClasses:
+    """Per-token facts the length control needs, computed once per tokenizer."""
+
+    def __init__(self, tokenizer) -> None:
+        vocab = tokenizer.get_vocab_size()
+        pieces = [tokenizer.id_to_token(i) or "" for i in range(vocab)]
+        self.eos = tokenizer.token_to_id(EOS)
+        self.sep = tokenizer.token_to_id(SEP)
+        spaces = ("Ġ", "Ċ", "ĉ")
+        self.is_space = torch.tensor([bool(p) and not p.strip("".join(spaces)) for p in pieces])
+        self.lead_space = torch.tensor([p.startswith(spaces) for p in pieces]) & ~self.is_space
+        text_ends = (".", "!", "?", '."', '!"', '?"', ".'", ".)")
+        self.sentence_end = torch.tensor([p.endswith(text_ends) for p in pieces])
+        self.special = torch.zeros(vocab, dtype=torch.bool)
+        for t in SPECIAL_TOKENS:
+            self.special[tokenizer.token_to_id(t)] = True
+
+
+TOP_K = 128
+"""Nucleus sampling runs over the 128 likeliest tokens: sorting the whole vocabulary for
+every row and step cost as much as the model itself, and at top_p <= 0.95 the nucleus of a
+trained model lies within them."""
+
+
+def _draw(logits: torch.Tensor, temperature: float, top_p: float,
+          generator: torch.Generator) -> torch.Tensor:
+    """One token per row: greedy at temperature 0, else nucleus sampling."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    values, index = torch.topk(logits, min(TOP_K, logits.shape[-1]), dim=-1)
+    probs = (values / temperature).softmax(-1)
+    if top_p < 1.0:
+        outside = probs.cumsum(-1) - probs >= top_p  # the first token always stays
+        probs = probs.masked_fill(outside, 0.0)
+    pick = torch.multinomial(probs, 1, generator=generator)
+    return index.gather(-1, pick).squeeze(-1)
+
+
+@torch.inference_mode()
+def sample(model, classes: TokenClasses, requests: Sequence[Request], *, temperature: float,
+           top_p: float, generator: torch.Generator, context: int) -> list[list[list[int]]]:
+    """Generated token ids for each request, split into its segments (end tokens dropped)."""
+    b = len(requests)
+    width = max(len(r.prompt) for r in requests)
+    ids = torch.full((b, width), classes.eos, dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.long)
+    for i, r in enumerate(requests):  # left padding keeps every row's next token aligned
+        ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
+        mask[i, width - len(r.prompt):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    nseg = max(len(r.segments) for r in requests)
+
+    def table(attr: str, pad: float) -> torch.Tensor:
+        return torch.tensor([[float(getattr(s, attr)) for s in r.segments]
+                             + [pad] * (nseg - len(r.segments)) for r in requests])
+
+    min_w, target, max_w = table("min_words", 0), table("target", 1e9), table("max_words", 1e9)
+    n_segments = torch.tensor([len(r.segments) for r in requests])
+    end_token = torch.where(torch.tensor([r.fill for r in requests]), classes.sep, classes.eos)
+    max_tokens = (3 * max_w + 8).clamp(max=context)  # stops runs of punctuation
+    seg = torch.zeros(b, dtype=torch.long)
+    words = torch.tensor([float(r.words_so_far) for r in requests])
+    seg_tokens = torch.zeros(b)
+    after_space = torch.ones(b, dtype=torch.bool)  # a segment starts at a word boundary
+    last_ended_sentence = torch.zeros(b, dtype=torch.bool)
+    done = torch.zeros(b, dtype=torch.bool)
+    out: list[list[list[int]]] = [[[]] for _ in range(b)]
+    rows = torch.arange(b)
+    budget = context - width
+
+    logits_out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                       use_cache=True)
+    past = logits_out.past_key_values
+    logits = logits_out.logits[:, -1, :].float()
+    for _ in range(max(0, budget)):
+        s = seg.clamp(max=nseg - 1)
+        lo, tgt, hi = min_w[rows, s], target[rows, s], max_w[rows, s]
+        ban = classes.special.expand(b, -1).clone()
+        ban[rows, end_token] = words < lo  # the segment's end token only once long enough
+        starts_word = classes.lead_space[None, :] | classes.is_space[None, :] | (
+            after_space[:, None] & ~classes.is_space[None, :])
+        ban |= (words >= hi)[:, None] & starts_word
+        logits = logits.masked_fill(ban, _NEG)
+        force_end = ((words >= tgt) & last_ended_sentence) | done
+        force_end |= seg_tokens >= max_tokens[rows, s]
+        token = _draw(logits, temperature, top_p, generator)
+        token = torch.where(force_end, end_token, token)
+        for i in torch.nonzero(~done).flatten().tolist():
+            if int(token[i]) != int(end_token[i]):
+                out[i][-1].append(int(token[i]))
+        ended = (token == end_token) & ~done
+        new_word = classes.lead_space[token] | (after_space & ~classes.is_space[token])
+        words = torch.where(ended, 0.0, words + new_word.float())
+        after_space = ended | classes.is_space[token]
+        seg_tokens = torch.where(ended, 0.0, seg_tokens + 1)
+        last_ended_sentence = classes.sentence_end[token] & ~ended
+        seg = seg + ended.long()
+        finished = ended & (seg >= n_segments)
+        for i in torch.nonzero(ended & ~finished).flatten().tolist():
+            out[i].append([])
+        done |= finished
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones((b, 1), dtype=torch.long)], dim=1)
+        positions = positions[:, -1:] + 1
+        step = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
+                     past_key_values=past, use_cache=True)
+        past = step.past_key_values
+        logits = step.logits[:, -1, :].float()
+    return out

@@ -1,0 +1,130 @@
+"""DP fine-tuning of a causal LM on private sequences: DP-Adam through opacus, with Poisson
+sampling and per-sample clipping, every step charged on the ledger before its noise is drawn.
+
+Used by CTCL (condition → document pairs) and the DP fine-tune baseline. The noise itself is
+opacus' Gaussian (continuous floats); the ledger charges each step as a Poisson-sampled
+Gaussian of noise multiplier σ.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.progress import track
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DpTraining:
+    """The shape of a DP-Adam run; `noise_multiplier` comes from the budget plan."""
+
+    steps: int
+    sampling_rate: float
+    noise_multiplier: float
+    max_grad_norm: float = 1.0
+    learning_rate: float = 5e-4
+    max_length: int = 128
+    grad_sample_mode: Literal["hooks", "ghost"] = "hooks"
+
+
+class SequenceLoss(nn.Module):
+    """Token cross-entropy averaged within each sequence, then reduced over the batch: one
+    private record is one sample, whatever its length (opacus sets `reduction`)."""
+
+    def __init__(self, pad_id: int) -> None:
+        super().__init__()
+        self.pad_id = pad_id
+        self.reduction = "mean"
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        tokens = nn.functional.cross_entropy(logits.transpose(1, 2), targets,
+                                             ignore_index=self.pad_id, reduction="none")
+        counts = (targets != self.pad_id).sum(dim=1).clamp(min=1)
+        per_sample = tokens.sum(dim=1) / counts
+        if self.reduction == "none":
+            return per_sample
+        return per_sample.sum() if self.reduction == "sum" else per_sample.mean()
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,
+              pad_id: int) -> torch.Tensor:
+    """Truncate to `max_length` tokens and right-pad into one id tensor."""
+    out = torch.full((len(sequences), max_length), pad_id, dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        ids = list(ids)[:max_length]
+        out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
+def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: int,
+                config: DpTraining, ledger: PrivacyLedger, stage: str,
+                step_event: Callable[[], object], seed: int,
+                on_step: Callable[[int, float], None] | None = None) -> nn.Module:
+    """Train `model` in place on the private token sequences; returns the trained module.
+
+    `step_event()` is the ledger event of one step (from the budget plan); it is charged
+    before each optimizer step, so a step over budget raises before its noise is drawn.
+    """
+    from opacus import PrivacyEngine
+
+    torch.manual_seed(seed)
+    ids = pad_batch(sequences, config.max_length, pad_id)
+    expected = max(1, round(config.sampling_rate * len(ids)))
+    loader = DataLoader(TensorDataset(ids), batch_size=expected)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    criterion = SequenceLoss(pad_id)
+    engine = PrivacyEngine(accountant="prv")
+    wrapped = engine.make_private(
+        module=model, optimizer=optimizer, data_loader=loader, criterion=criterion,
+        noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
+        poisson_sampling=True, grad_sample_mode=config.grad_sample_mode)
+    if config.grad_sample_mode == "ghost":
+        private_model, dp_optimizer, criterion, dp_loader = wrapped
+    else:
+        private_model, dp_optimizer, dp_loader = wrapped
+    private_model.train()
+    batches = _forever(dp_loader)
+    for step in track(range(config.steps), "DP fine-tuning"):
+        (batch,) = next(batches)
+        ledger.charge(stage, step_event(), mechanism="dp_sgd",
+                      sensitivity=config.max_grad_norm, noise_scale=config.noise_multiplier)
+        if len(batch) == 0:
+            _noise_only_step(dp_optimizer, config, expected)
+            continue
+        # opacus' per-sample embedding norms need contiguous ids and explicit positions
+        inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        positions = torch.arange(inputs.shape[1]).repeat(len(inputs), 1)
+        logits = private_model(input_ids=inputs, position_ids=positions,
+                               attention_mask=(inputs != pad_id).long()).logits
+        loss = criterion(logits, targets)
+        loss.backward()
+        dp_optimizer.step()
+        dp_optimizer.zero_grad()
+        if on_step is not None:
+            on_step(step, float(loss))
+    return private_model._module if hasattr(private_model, "_module") else private_model
+
+
+def _forever(loader: DataLoader):
+    while True:
+        yield from loader
+
+
+def _noise_only_step(optimizer, config: DpTraining, expected: int) -> None:
+    """An empty Poisson batch still releases a noisy (all-noise) update, as the analysis
+    assumes; skipping it would reveal that the batch was empty."""
+    std = config.noise_multiplier * config.max_grad_norm / expected
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            param.grad = torch.randn_like(param) * std
+    optimizer.original_optimizer.step()
+    optimizer.original_optimizer.zero_grad()

@@ -1,0 +1,154 @@
+"""OfflineGenerator code paths on a tiny model built and briefly trained in the test.
+
+The model only learns that words are separated by spaces; every property checked here is
+enforced by the generator itself (seeding, length control, blank handling, crossover prefix)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from dpsynth.backends.base import Condition
+from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.factory import build_generator
+from dpsynth.backends.offline import format as fmt
+from dpsynth.backends.offline.generator import OfflineGenerator
+from dpsynth.backends.offline.keywords import KeywordExtractor
+from dpsynth.backends.offline.model import (
+    KEYWORDS_FILE,
+    TOKENIZER_FILE,
+    build_model,
+)
+from dpsynth.errors import InputError
+
+_SENTENCE = ("the cat sat on a mat while rain fell over quiet hills and old stone walls near "
+             "river town market bread music film review story plot actor great terrible")
+WORDS = tuple(_SENTENCE.split())
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A model folder in the shipped layout: tokenizer, untied GPT-2, keyword table."""
+    import random
+
+    from tokenizers import ByteLevelBPETokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_lm")
+    rng = random.Random(0)
+    corpus = [" ".join(rng.choice(WORDS) for _ in range(20)) + "." for _ in range(300)]
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(corpus, vocab_size=400, special_tokens=list(fmt.SPECIAL_TOKENS),
+                            show_progress=False)
+    tok.save(str(folder / TOKENIZER_FILE))
+    import torch
+
+    torch.manual_seed(0)
+    model = build_model(tok.get_vocab_size(), tok.token_to_id(fmt.EOS), n_layer=1, n_embd=32,
+                        n_head=2, n_positions=256)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for i in range(0, 240, 16):
+        batch = torch.tensor([tok.encode(fmt.document_sequence(fmt.Fields(), t)).ids[:24]
+                              for t in corpus[i : i + 16]])
+        model(input_ids=batch, labels=batch).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(folder)
+    KeywordExtractor({w: 1.0 + i / 10 for i, w in enumerate(WORDS)}).save(folder / KEYWORDS_FILE)
+    return folder
+
+
+@pytest.fixture
+def gen(tiny_dir):
+    return OfflineGenerator(tiny_dir, seed=7, temperature=1.0, top_p=0.95)
+
+
+def test_embeddings_are_untied_for_opacus_ghost_clipping(gen):
+    model = gen.model
+    assert model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr()
+
+
+def test_same_seed_same_texts_other_seed_other_texts(tiny_dir):
+    conds = [Condition(label="positive", keywords=("film",), length=20)] * 4
+    a = OfflineGenerator(tiny_dir, seed=3).generate(conds)
+    b = OfflineGenerator(tiny_dir, seed=3).generate(conds)
+    c = OfflineGenerator(tiny_dir, seed=4).generate(conds)
+    assert a == b
+    assert a != c
+    assert len(set(a)) > 1  # rows of a batch differ
+
+
+@pytest.mark.parametrize("target", [8, 25, 60])
+def test_generate_honours_length_within_slack(gen, target):
+    texts = gen.generate([Condition(length=target)] * 6)
+    counts = [fmt.count_words(t) for t in texts]
+    assert all(0.7 * target <= n <= 1.3 * target + 1 for n in counts), counts
+
+
+def test_rewrite_keeps_untouched_words_and_length(gen):
+    text = " ".join(WORDS[:30])
+    low = gen.rewrite([text] * 4, [Condition()] * 4, strength=0.2)
+    for out in low:
+        assert 0.7 * 30 <= fmt.count_words(out) <= 1.3 * 30
+        kept = set(out.split()) & set(text.split())
+        assert len(kept) >= 0.5 * len(set(text.split()))
+    assert gen.rewrite([text], [Condition()], strength=0.0) == [text]
+    fresh = gen.rewrite([text], [Condition()], strength=1.0)[0]
+    assert 0.7 * 30 <= fmt.count_words(fresh) <= 1.3 * 30
+
+
+def test_rewrite_rejects_strength_outside_unit_interval(gen):
+    with pytest.raises(InputError, match="strength"):
+        gen.rewrite(["a b c"], [Condition()], strength=1.5)
+
+
+def test_fill_replaces_every_blank_and_keeps_the_rest(gen):
+    masked = "the cat _ on a _ _ while rain fell"
+    out = gen.fill([masked] * 3, [Condition()] * 3)
+    for text in out:
+        assert "_" not in text and fmt.BLANK_TOKEN not in text
+        assert text.startswith("the cat ")
+        assert text.endswith("while rain fell")
+        assert 8 <= fmt.count_words(text) <= 14
+    assert gen.fill(["no blanks here"], [Condition()]) == ["no blanks here"]
+
+
+def test_crossover_starts_with_first_parent_and_needs_two(gen):
+    parents = ["the cat sat on a mat while rain fell over quiet hills and old stone walls",
+               "river town market bread music film review story plot actor great terrible"]
+    out = gen.crossover([parents] * 3, [Condition()] * 3)
+    for child in out:
+        assert child.startswith("the cat sat on")
+        assert 0.7 * 14 <= fmt.count_words(child) <= 1.3 * 14 + 1  # mean of 15 and 12 words
+    with pytest.raises(InputError, match="two or more"):
+        gen.crossover([[parents[0]]], [Condition()])
+
+
+def test_operations_need_one_condition_per_input(gen):
+    with pytest.raises(InputError, match="one condition per input"):
+        gen.fill(["a _ b", "c _ d"], [Condition()])
+
+
+def test_perplexity_ranks_training_like_text_below_noise(gen):
+    """The tiny model, trained a few steps on the fixture's word list, must find text made
+    of those words likelier than random bytes."""
+    rng = np.random.default_rng(0)
+    g = gen
+    good = g.perplexity([" ".join(rng.choice(WORDS, 20)) for _ in range(4)])
+    noise = g.perplexity(["qz#9 xv!! 7$$ pw%k zzq ^^ kk" for _ in range(4)])
+    assert good.shape == (4,) and np.all(good > 1)
+    assert good.max() < noise.min()
+
+
+def test_factory_builds_offline_from_config(tiny_dir):
+    g = build_generator(GeneratorConfig(name="offline", model=str(tiny_dir), seed=5,
+                                        temperature=0.8, top_p=0.9))
+    assert isinstance(g, OfflineGenerator)
+    assert (g.seed, g.temperature, g.top_p) == (5, 0.8, 0.9)
+
+
+def test_missing_model_folder_is_named(tmp_path):
+    with pytest.raises(InputError, match=str(tmp_path)):
+        OfflineGenerator(tmp_path)

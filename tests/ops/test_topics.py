@@ -1,0 +1,66 @@
+"""Topic model: clusters of public embeddings, keywords, a round trip, and the DP histogram."""
+
+import numpy as np
+import pytest
+
+from dpsynth.ops.topics import TopicModel, build_topic_model, dp_topic_histogram
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import Gaussian
+from dpsynth.privacy.noise import NoiseSource
+
+THEMES = {"sport": "match goal team league season coach striker".split(),
+          "money": "bank rate market stock inflation loan investor".split(),
+          "space": "orbit rocket planet launch moon satellite telescope".split()}
+
+
+def corpus(n_per=60, seed=0):
+    rng = np.random.default_rng(seed)
+    texts, embeddings = [], []
+    for k, words in enumerate(THEMES.values()):
+        for _ in range(n_per):
+            texts.append(" ".join(rng.choice(words, size=8)))
+            vec = rng.normal(scale=0.05, size=6)
+            vec[k] += 1.0
+            embeddings.append(vec / np.linalg.norm(vec))
+    return texts, np.asarray(embeddings, dtype=np.float32)
+
+
+def test_topics_recover_the_themes_and_their_keywords():
+    texts, emb = corpus()
+    model = build_topic_model(texts, emb, n_topics=3, seed=0, n_keywords=5,
+                              min_cluster_size=20)
+    assert model.n_topics == 3
+    assigned = model.assign(emb)
+    for k in range(3):  # each theme lands in one topic, whose keywords are the theme's
+        block = assigned[k * 60:(k + 1) * 60]
+        assert len(set(block.tolist())) == 1
+        theme_words = list(THEMES.values())[k]
+        assert set(model.keywords[block[0]]) <= set(theme_words)
+
+
+def test_kmeans_fallback_when_hdbscan_finds_only_noise():
+    texts, emb = corpus(n_per=30)  # no theme reaches 40 points: HDBSCAN sees only noise
+    model = build_topic_model(texts, emb, n_topics=3, seed=0, min_cluster_size=40)
+    assert model.meta["method"] == "kmeans" and model.n_topics == 3
+
+
+def test_save_and_load_round_trip(tmp_path):
+    texts, emb = corpus()
+    model = build_topic_model(texts, emb, n_topics=3, seed=0, min_cluster_size=20)
+    back = TopicModel.load(model.save(tmp_path / "topics"))
+    np.testing.assert_allclose(back.centroids, model.centroids)
+    assert back.keywords == model.keywords and back.meta["method"] == model.meta["method"]
+    (tmp_path / "topics" / "topics.json").write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="not a dpsynth topic model"):
+        TopicModel.load(tmp_path / "topics")
+
+
+def test_dp_topic_histogram_counts_each_record_once():
+    texts, emb = corpus()
+    model = build_topic_model(texts, emb, n_topics=3, seed=0, min_cluster_size=20)
+    ledger = PrivacyLedger(1e3, 1e-6, discretization=0.1)
+    assigned, noisy = dp_topic_histogram(emb[:90], model, Gaussian(0.3), ledger,
+                                         NoiseSource(0))
+    assert noisy.sum() == pytest.approx(90, abs=4)
+    np.testing.assert_allclose(noisy, np.bincount(assigned, minlength=3), atol=2)
+    assert ledger.breakdown()["topic_histogram"]["releases"] == 1
