@@ -10,7 +10,7 @@ same downstream model (logistic regression on embeddings) and the same seeds. Ro
 - generator, no private data (lower bound): n texts from the offline generator conditioned on
   the public label names only;
 - each recipe at each ε: `dpsynth run` on a generated config (same generator, embedder and
-  seed), reading `synthetic.*` and the generator-call count from the run folder.
+  seed), reading `synthetic.csv` and the generator calls (usage.json) from the run folder.
 
 A row that cannot run (no recipe yet, no generator) is written with its reason, never with a
 made-up number. Writes utility-DATASET.md and utility-DATASET.csv (mean ± std over seeds).
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     test = _sample(read_text_table(data / "test.csv", require_labels=True), args.test_size, 0)
     embedder = build_embedder(EmbedderConfig(name=args.embedder))
     config = EvalConfig(seed=0, max_samples=args.n_synthetic, mauve=not args.no_mauve,
+                        classifier=args.classifier,
                         next_token=NextTokenConfig(steps=args.next_token_steps)
                         if args.next_token else None)
     test_emb = embedder.encode(test.texts)
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         ("real train (upper bound)", "no DP",
          lambda seed: Produced(_sample(train, args.n_synthetic, seed), 0)),
         ("generator, no private data (lower bound)", "0",
-         lambda seed: _lower_bound(train, args.n_synthetic, seed, args.generator)),
+         lambda seed: _lower_bound(train, args.n_synthetic, seed, args)),
     ]
     for recipe in filter(None, args.recipes.split(",")):
         for eps in args.epsilons.split(","):
@@ -112,19 +113,20 @@ def main(argv: list[str] | None = None) -> None:
     _write(rows, args)
 
 
-def _lower_bound(train: TextTable, n: int, seed: int, generator_name: str) -> Produced:
+def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) -> Produced:
     """n texts conditioned on the (public) label names only, balanced across labels."""
-    fields = {"name": generator_name}
-    if "seed" in GeneratorConfig.model_fields:
-        fields["seed"] = seed
     try:
-        generator = build_generator(GeneratorConfig.model_validate(fields))
+        generator = build_generator(GeneratorConfig(name=args.generator,
+                                                    model=args.generator_model, seed=seed))
     except DpsynthError as exc:
         raise NotAvailable(str(exc)) from None
     labels = sorted(set(train.labels or []))
     wanted = [labels[i % len(labels)] for i in range(n)]
     texts = generator.generate([Condition(label=label) for label in wanted])
-    return Produced(TextTable(texts, wanted, f"{generator_name} generator"), len(texts))
+    kept = [i for i, text in enumerate(texts) if text.strip()]  # failed outputs are empty
+    calls = generator.usage().get("calls", len(texts))
+    return Produced(TextTable([texts[i] for i in kept], [wanted[i] for i in kept],
+                              f"{args.generator} generator"), int(calls))
 
 
 def _recipe_runner(recipe: str, epsilon: float, data: Path,
@@ -139,7 +141,8 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
                 "budget": {"epsilon": epsilon},
                 "recipe": {"name": recipe, "params": json.loads(args.recipe_params)},
                 "backends": {"embedder": {"name": args.embedder},
-                             "generator": {"name": args.generator}},
+                             "generator": {"name": args.generator,
+                                           "model": args.generator_model}},
                 "output": {"dir": str(out), "format": "csv"},
                 "seed": seed,
             }
@@ -158,12 +161,12 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
 
 
 def _generator_calls(run_dir: Path) -> int | None:
-    """The cumulative `generator_calls` of the run's last metrics.jsonl row, if recorded."""
-    path = run_dir / "metrics.jsonl"
+    """Generator calls from the run's usage.json (`generator.calls`), if recorded."""
+    path = run_dir / "usage.json"
     if not path.exists():
         return None
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    return json.loads(lines[-1]).get("generator_calls") if lines else None
+    calls = json.loads(path.read_text(encoding="utf-8")).get("generator", {}).get("calls")
+    return int(calls) if calls is not None else None
 
 
 def _sample(table: TextTable, n: int, seed: int) -> TextTable:
@@ -179,7 +182,7 @@ def _get(metrics: dict, path: tuple[str, ...]) -> float:
         if not isinstance(metrics, dict) or key not in metrics:
             return math.nan
         metrics = metrics[key]
-    return float(metrics)
+    return float(metrics) if isinstance(metrics, int | float) else math.nan  # "skipped: …"
 
 
 def _write(rows: list[Row], args: argparse.Namespace) -> None:
@@ -207,7 +210,7 @@ def _write(rows: list[Row], args: argparse.Namespace) -> None:
     pd.DataFrame(records).to_csv(stem.with_suffix(".csv"), index=False)
     title = (f"# Utility on {args.dataset}: n = {args.n_synthetic} synthetic records, "
              f"{args.test_size} real test records, seeds {args.seeds}, embedder "
-             f"{args.embedder}, logistic regression\n\n")
+             f"{args.embedder}, classifier {args.classifier}\n\n")
     stem.with_suffix(".md").write_text(title + "\n".join(lines) + "\n", encoding="utf-8")
     print(title + "\n".join(lines))
     print(f"\nwrote {stem.with_suffix('.md')} and {stem.with_suffix('.csv')}", file=sys.stderr)
@@ -236,6 +239,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--test-size", type=int, default=2000)
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--generator", default="offline")
+    parser.add_argument("--generator-model", default=None, help="backends.generator.model")
+    parser.add_argument("--classifier", choices=("logistic", "finetune"), default="logistic")
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
     parser.add_argument("--next-token-steps", type=int, default=200)
     parser.add_argument("--no-mauve", action="store_true")

@@ -94,14 +94,17 @@ def evaluate(
         help="Real train split, the private data: adds private-only privacy diagnostics."
     )] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", help="Folder for metrics.json and figures.json [default: beside the "
-        "synthetic file, in eval/]")] = None,
+        "--output", help="Folder for metrics.json and figures.json (default: eval/ beside "
+        "the synthetic file).")] = None,
     text_column: Annotated[str, typer.Option(help="Text column in every file.")] = "text",
     label_column: Annotated[str, typer.Option(
         help="Label column; files without it are treated as unlabelled.")] = "label",
     next_token: Annotated[bool, typer.Option(
         help="Train the small LM for next-token accuracy (the slowest metric).")] = True,
     next_token_steps: Annotated[int, typer.Option(help="Training steps of that LM.")] = 200,
+    classifier: Annotated[str, typer.Option(
+        help="Downstream classifier: logistic (on embeddings) or finetune (MiniLM).")
+    ] = "logistic",
     mauve: Annotated[bool, typer.Option(help="Compute MAUVE.")] = True,
     seed: Annotated[int, typer.Option(help="Seed for subsampling and models.")] = 0,
     log_level: LevelOpt = "info",
@@ -112,8 +115,12 @@ def evaluate(
     from dpsynth.evaluate.next_token import NextTokenConfig
 
     setup_logging(_check_level(log_level))
+    if classifier not in ("logistic", "finetune"):
+        raise typer.BadParameter(f"'{classifier}' is not one of logistic, finetune",
+                                 param_hint="--classifier")
     config = EvalConfig(
         text_column=text_column, label_column=label_column, seed=seed, mauve=mauve,
+        classifier=classifier,
         next_token=NextTokenConfig(steps=next_token_steps) if next_token else None)
     folder = output if output is not None else synthetic.parent / "eval"
     result = run_evaluation(synthetic, real_test, real_train, config, output=folder)
@@ -124,7 +131,7 @@ def evaluate(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder.")],
            output: Annotated[Path | None, typer.Option(
-               "--output", help="HTML file [default: RUN_DIR/report.html]")] = None,
+               "--output", help="HTML file (default: RUN_DIR/report.html).")] = None,
            public: Annotated[bool, typer.Option(
                "--public", help="Leave out the private-only privacy diagnostics.")] = False,
            log_level: LevelOpt = "info") -> None:

@@ -61,10 +61,15 @@ def test_partial_echo_lies_between():
 def test_planting_in_a_file_round_trips(tmp_path):
     import pandas as pd
 
-    pd.DataFrame({"text": BACKGROUND[:30], "label": ["a", "b"] * 15}).to_csv(
+    pd.DataFrame({"text": BACKGROUND[:30], "label": ["a", "b"] * 15,
+                  "user": [f"u{i}" for i in range(30)], "note": ["x"] * 30}).to_csv(
         tmp_path / "private.csv", index=False)
     canaries = plant_canaries_in_file(tmp_path / "private.csv", tmp_path / "planted.csv",
-                                      k=4, seed=7)
+                                      k=4, seed=7, user_column="user")
     planted = read_text_table(tmp_path / "planted.csv")
     assert len(planted) == 34 and all(c in planted.texts for c in canaries.planted)
+    assert set(planted.labels) == {"a", "b"}
+    frame = pd.read_csv(tmp_path / "planted.csv", keep_default_na=False)
+    canary_rows = frame[frame["text"].isin(canaries.planted)]
+    assert canary_rows["user"].nunique() == 4 and set(canary_rows["note"]) == {""}
     assert read_canaries(tmp_path / "planted.csv.canaries.json") == canaries

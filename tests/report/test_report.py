@@ -25,6 +25,7 @@ def test_full_run_renders_every_section_with_content(run_dir):
                    "privacy-diagnostics"):
         assert "<svg" in _section(page, anchor), anchor
     assert "metadata" in _section(page, "privacy-spend")
+    assert "hf (tiny-lm)" in _section(page, "run") and "1234" in _section(page, "run")
     assert "classification.accuracy" in _section(page, "metrics")
     assert PRIVATE_NOTICE.capitalize() in _section(page, "privacy-diagnostics")
     assert "&lt;b&gt;&amp;" in _section(page, "samples")  # texts are escaped
@@ -59,7 +60,7 @@ def test_missing_parts_degrade_to_notes(tmp_path):
     bare.mkdir()
     (bare / "synthetic.csv").write_text("text\nhello there\nanother text\n")
     artifacts = load_run(bare)
-    assert set(artifacts.missing) == {"privacy", "iterations", "evaluation"}
+    assert set(artifacts.missing) == {"privacy", "iterations", "evaluation", "config", "usage"}
     page = write_report(bare).read_text(encoding="utf-8")
     for anchor, _ in SECTIONS:
         assert f'<section id="{anchor}">' in page

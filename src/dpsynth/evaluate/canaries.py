@@ -31,10 +31,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpsynth.data.io import write_table
-from dpsynth.errors import InputError
+from dpsynth.data.io import read_table, write_table
+from dpsynth.errors import DataError, InputError
 from dpsynth.evaluate.privacy import membership_auc
-from dpsynth.evaluate.tables import read_text_table
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -74,38 +73,56 @@ def plant_canaries(texts: Sequence[str], labels: Sequence[str] | None, canaries:
 
     With `repeats` > 1 set the private data's `duplicates: keep`, or validation drops them.
     """
-    if repeats < 1:
-        raise InputError(f"plant_canaries: repeats must be at least 1, got {repeats}")
-    rng = np.random.default_rng(seed)
     out_texts, out_labels = list(texts), list(labels) if labels is not None else None
     classes = sorted(set(labels)) if labels else []
-    for canary in canaries.planted:
-        label = classes[int(rng.integers(len(classes)))] if classes else None
-        for _ in range(repeats):
-            position = int(rng.integers(len(out_texts) + 1))
-            out_texts.insert(position, canary)
-            if out_labels is not None:
-                out_labels.insert(position, label)
+    for position, index, label in _insertions(len(texts), classes, canaries, seed, repeats):
+        out_texts.insert(position, canaries.planted[index])
+        if out_labels is not None:
+            out_labels.insert(position, label)
     return out_texts, out_labels
 
 
 def plant_canaries_in_file(path: str | Path, out_path: str | Path, k: int, seed: int,
                            text_column: str = "text", label_column: str | None = "label",
-                           repeats: int = 1) -> Canaries:
-    """Copy a private dataset file to `out_path` with k canaries planted, and write the
-    canaries (planted and reference, not private) to `out_path` + `.canaries.json`: the
-    input for running a recipe end to end and then calling `canary_exposure`."""
-    table = read_text_table(path, text_column, label_column)
+                           user_column: str | None = None, repeats: int = 1) -> Canaries:
+    """Copy a private dataset file to `out_path` with k canaries planted (other columns kept,
+    left empty in canary rows; each canary its own user when `user_column` is given), and
+    write the canaries (planted and reference, not private) to `out_path`.canaries.json:
+    the input for running a recipe end to end and then calling `canary_exposure`."""
+    frame = read_table(path)
+    for column in (text_column, label_column, user_column):
+        if column is not None and column not in frame.columns:
+            raise DataError(f"missing column '{column}'", path=str(path))
     canaries = make_canaries(k, seed)
-    texts, labels = plant_canaries(table.texts, table.labels, canaries, seed, repeats)
-    columns = {text_column: texts}
-    if labels is not None and label_column is not None:
-        columns[label_column] = labels
+    classes = sorted(set(map(str, frame[label_column]))) if label_column else []
+    rows = frame.to_dict("records")
+    for position, index, label in _insertions(len(rows), classes, canaries, seed, repeats):
+        row = dict.fromkeys(frame.columns, "") | {text_column: canaries.planted[index]}
+        if label_column is not None:
+            row[label_column] = label
+        if user_column is not None:
+            row[user_column] = f"dpsynth-canary-{index}"
+        rows.insert(position, row)
     out_path = Path(out_path)
-    write_table(pd.DataFrame(columns), out_path)
+    write_table(pd.DataFrame(rows, columns=frame.columns), out_path)
     Path(f"{out_path}.canaries.json").write_text(json.dumps(canaries.to_dict(), indent=2),
                                                  encoding="utf-8")
     return canaries
+
+
+def _insertions(n_rows: int, classes: Sequence[str], canaries: Canaries, seed: int,
+                repeats: int) -> list[tuple[int, int, str | None]]:
+    """(position, canary index, label) for each insertion, to apply in order."""
+    if repeats < 1:
+        raise InputError(f"plant_canaries: repeats must be at least 1, got {repeats}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for index in range(len(canaries.planted)):
+        label = classes[int(rng.integers(len(classes)))] if classes else None
+        for _ in range(repeats):
+            out.append((int(rng.integers(n_rows + 1)), index, label))
+            n_rows += 1
+    return out
 
 
 def read_canaries(path: str | Path) -> Canaries:

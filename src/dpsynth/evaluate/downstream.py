@@ -2,8 +2,7 @@
 
 The default model is a logistic regression on sentence embeddings: cheap, deterministic, and
 sensitive to the label–content association the synthetic data must carry. The seeds fine-tune
-RoBERTa instead; that stronger (and much slower) model is a later option, see
-docs/evaluation.md.
+RoBERTa instead; `dpsynth.evaluate.finetune` does that with a small local encoder.
 """
 
 from __future__ import annotations
@@ -63,9 +62,15 @@ def fit_classifier(x: np.ndarray, y: Sequence[str], seed: int = 0,
 
 def score_classifier(model: LogisticRegression | ConstantClassifier, x: np.ndarray,
                      y: Sequence[str], n_train: int) -> ClassificationScores:
-    """Accuracy, macro-F1 and per-class recall over the classes of the test set."""
+    """Accuracy, macro-F1 and per-class recall of `model` over the classes of the test set."""
+    return scores_from_predictions(y, model.predict(x), model.classes_, n_train)
+
+
+def scores_from_predictions(y: Sequence[str], predicted: Sequence[str],
+                            train_classes: Sequence[str], n_train: int) -> ClassificationScores:
+    """The scores of predictions against the true labels, over the test set's classes."""
     y_true = np.asarray(y, dtype=object)
-    y_pred = model.predict(x)
+    y_pred = np.asarray(predicted, dtype=object)
     classes = sorted(set(y))
     recalls = recall_score(y_true, y_pred, labels=classes, average=None, zero_division=0)
     return ClassificationScores(
@@ -75,7 +80,7 @@ def score_classifier(model: LogisticRegression | ConstantClassifier, x: np.ndarr
         per_class_recall={c: float(r) for c, r in zip(classes, recalls, strict=True)},
         n_train=n_train,
         n_test=len(y_true),
-        classes_missing_from_train=tuple(c for c in classes if c not in set(model.classes_)),
+        classes_missing_from_train=tuple(c for c in classes if c not in set(train_classes)),
     )
 
 

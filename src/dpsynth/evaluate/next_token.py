@@ -38,6 +38,8 @@ class NextTokenConfig(BaseModel):
     n_head: int = Field(2, gt=0)
     learning_rate: float = Field(1e-3, gt=0)
     max_eval_texts: int = Field(500, gt=0)
+    threads: int = Field(1, gt=0, description="torch threads while training and testing: a "
+                         "model this small runs fastest on one, more so on a busy CPU")
     tokenizer: Path | None = Field(None, description="a tokenizer.json; default: MiniLM's")
 
 
@@ -61,7 +63,6 @@ def next_token_accuracy(train_texts: Sequence[str], test_texts: Sequence[str],
                         config: NextTokenConfig | None = None, seed: int = 0) -> dict[str, float]:
     """Top-1 next-token accuracy on `test_texts` of a tiny GPT-2 trained on `train_texts`."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     config = config or NextTokenConfig()
     if not train_texts or not test_texts:
@@ -73,9 +74,22 @@ def next_token_accuracy(train_texts: Sequence[str], test_texts: Sequence[str],
     train = [_remap(s, vocab) for s in train_raw]
     test = [_remap(s, vocab) for s in test_raw]
 
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return _train_and_test(train, test, len(vocab), config, seed)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train_and_test(train: list[list[int]], test: list[list[int]], vocab_size: int,
+                    config: NextTokenConfig, seed: int) -> dict[str, float]:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(GPT2Config(
-        vocab_size=len(vocab) + _RESERVED, n_positions=config.max_tokens, n_embd=config.n_embd,
+        vocab_size=vocab_size + _RESERVED, n_positions=config.max_tokens, n_embd=config.n_embd,
         n_layer=config.n_layer, n_head=config.n_head, bos_token_id=BOS, eos_token_id=BOS,
         pad_token_id=PAD))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,

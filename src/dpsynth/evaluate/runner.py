@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,7 @@ from dpsynth.evaluate.downstream import (
     fit_classifier,
     true_label_probability,
 )
+from dpsynth.evaluate.finetune import FinetuneConfig, finetune_classification
 from dpsynth.evaluate.next_token import NextTokenConfig, next_token_accuracy
 from dpsynth.evaluate.result import EvalResult
 from dpsynth.evaluate.tables import TextTable, read_text_table
@@ -44,6 +46,9 @@ class EvalConfig(BaseModel):
     text_column: str = "text"
     label_column: str | None = "label"
     seed: int = 0
+    classifier: Literal["logistic", "finetune"] = Field(
+        "logistic", description="logistic regression on embeddings, or fine-tuning an encoder")
+    finetune: FinetuneConfig = FinetuneConfig()
     max_samples: int = Field(2000, ge=10, description="rows per set for the quadratic metrics")
     knn_k: int = Field(3, ge=1)
     mauve: bool = True
@@ -119,27 +124,43 @@ def _classification(synth: TextTable, synth_emb: np.ndarray, test: TextTable,
                     test_emb: np.ndarray, config: EvalConfig) -> dict:
     if synth.labels is None or test.labels is None:
         return {"skipped": "needs labels on the synthetic and the real test set"}
-    return downstream_classification(synth_emb, synth.labels, test_emb, test.labels,
-                                     config.seed).to_dict()
+    if config.classifier == "finetune":
+        scores = finetune_classification(synth.texts, synth.labels, test.texts, test.labels,
+                                         config.finetune, config.seed)
+    else:
+        scores = downstream_classification(synth_emb, synth.labels, test_emb, test.labels,
+                                           config.seed)
+    return {"model": config.classifier, **scores.to_dict()}
 
 
 def _fidelity(synth: TextTable, synth_emb: np.ndarray, test: TextTable, test_emb: np.ndarray,
               config: EvalConfig) -> dict:
-    n, seed = config.max_samples, config.seed
-    precision, recall = fidelity.knn_precision_recall(test_emb, synth_emb, config.knn_k, n, seed)
-    out: dict = {
-        "frechet_distance": fidelity.frechet_distance(test_emb, synth_emb),
-        "knn_precision": precision,
-        "knn_recall": recall,
-        "wasserstein_distance": fidelity.wasserstein_distance(test_emb, synth_emb, n, seed),
-        "self_similarity": {"synthetic": fidelity.self_similarity(synth_emb, n, seed),
-                            "real_test": fidelity.self_similarity(test_emb, n, seed)},
-        "length": distributions.length_distances(test.texts, synth.texts),
+    """Each metric, or a `skipped: why` string where a set is too small for it."""
+    n, seed, r, s = config.max_samples, config.seed, test_emb, synth_emb
+    metrics: dict[str, Callable[[], object]] = {
+        "frechet_distance": lambda: fidelity.frechet_distance(r, s),
+        "knn_precision_recall": lambda: fidelity.knn_precision_recall(r, s, config.knn_k, n,
+                                                                      seed),
+        "wasserstein_distance": lambda: fidelity.wasserstein_distance(r, s, n, seed),
+        "self_similarity": lambda: {"synthetic": fidelity.self_similarity(s, n, seed),
+                                    "real_test": fidelity.self_similarity(r, n, seed)},
+        "length": lambda: distributions.length_distances(test.texts, synth.texts),
     }
     if config.mauve:
-        out["mauve"] = fidelity.mauve_score(test_emb, synth_emb, n, seed)
+        metrics["mauve"] = lambda: fidelity.mauve_score(r, s, n, seed)
     if synth.labels is not None and test.labels is not None:
-        out["labels"] = distributions.label_distances(test.labels, synth.labels)
+        metrics["labels"] = lambda: distributions.label_distances(test.labels, synth.labels)
+    out: dict = {}
+    for name, compute in metrics.items():
+        try:
+            value = compute()
+        except InputError as exc:
+            value = f"skipped: {exc}"
+        if name == "knn_precision_recall":
+            both = value if isinstance(value, tuple) else (value, value)
+            out["knn_precision"], out["knn_recall"] = both
+        else:
+            out[name] = value
     return out
 
 

@@ -8,6 +8,7 @@ how to produce it. Private-only diagnostics sit in their own marked section, lef
 from __future__ import annotations
 
 import html
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from dpsynth.report.inputs import RunArtifacts, load_run
 log = logging.getLogger(__name__)
 
 SECTIONS = (
+    ("run", "Run and cost"),
     ("privacy-spend", "Privacy spend by stage"),
     ("iterations", "Per-iteration curves"),
     ("distributions", "Length and label distributions"),
@@ -68,6 +70,7 @@ def write_report(run_dir: str | Path, output: str | Path | None = None,
 
 def render(artifacts: RunArtifacts, include_private: bool = True, samples: int = 12) -> str:
     builders: dict[str, Callable[[], str]] = {
+        "run": lambda: _run(artifacts),
         "privacy-spend": lambda: _privacy_spend(artifacts),
         "iterations": lambda: _iterations(artifacts),
         "distributions": lambda: _distributions(artifacts),
@@ -90,6 +93,35 @@ def render(artifacts: RunArtifacts, include_private: bool = True, samples: int =
         f'<p class="meta">generated {stamp} by dpsynth {html.escape(__version__)}</p>'
         f"<nav>{toc}</nav>{''.join(body)}</body></html>\n"
     )
+
+
+def _run(a: RunArtifacts) -> str:
+    parts = []
+    if a.config is not None:
+        c = a.config
+        backends = c.get("backends", {})
+        rows = [("recipe", c.get("recipe", {}).get("name", "n/a")),
+                ("recipe params", json.dumps(c.get("recipe", {}).get("params", {}))),
+                ("budget ε", _num(c.get("budget", {}).get("epsilon"))),
+                ("generator", _backend(backends.get("generator", {}))),
+                ("embedder", _backend(backends.get("embedder", {}))),
+                ("seed", _num(c.get("seed")))]
+        parts.append(_table(["setting", "value"], rows))
+    else:
+        parts.append(_missing("config", a))
+    if a.usage is not None:
+        rows = [(f"{backend} {key}", _num(value)) for backend, counters in a.usage.items()
+                if isinstance(counters, dict) for key, value in counters.items()]
+        parts.append(_table(["usage", "value"], rows) if rows else
+                     '<p class="meta">usage.json records no counters</p>')
+    else:
+        parts.append(_missing("usage", a))
+    return "".join(parts)
+
+
+def _backend(cfg: dict) -> str:
+    name = cfg.get("name", "n/a")
+    return f"{name} ({cfg['model']})" if cfg.get("model") else str(name)
 
 
 def _privacy_spend(a: RunArtifacts) -> str:
@@ -232,7 +264,7 @@ def _num(value: object) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
     return str(value)
 
 

@@ -5,6 +5,8 @@ A run folder holds (see docs/evaluation.md):
   per stage, and the recorded charges);
 - `metrics.jsonl`: one JSON object per iteration, with an `iteration` key and numbers;
 - `synthetic.<csv|jsonl|parquet|tsv>`: the synthetic set;
+- `config.json` (the resolved run config) and `usage.json` (generator and embedder calls,
+  tokens, cost);
 - `eval/metrics.json` and `eval/figures.json`: written by `dpsynth eval --output RUN/eval`.
 """
 
@@ -51,6 +53,8 @@ class RunArtifacts:
     iterations: list[dict[str, Any]] = field(default_factory=list)
     synthetic: TextTable | None = None
     evaluation: EvalResult | None = None
+    config: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
     missing: dict[str, str] = field(default_factory=dict)
     """Part name → why it is not in the report."""
 
@@ -62,7 +66,8 @@ def load_run(run_dir: str | Path) -> RunArtifacts:
         raise InputError(f"{run_dir}: not a run folder")
     out = RunArtifacts(run_dir)
     loaders = {"privacy": _privacy, "iterations": _iterations, "synthetic": _synthetic,
-               "evaluation": _evaluation}
+               "evaluation": _evaluation, "config": _json_file("config.json"),
+               "usage": _json_file("usage.json")}
     for name, loader in loaders.items():
         try:
             setattr(out, name, loader(run_dir))
@@ -119,6 +124,19 @@ def _iterations(run_dir: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"metrics.jsonl line {number} is not a JSON object")
             rows.append(row)
     return rows
+
+
+def _json_file(name: str):
+    def load(run_dir: Path) -> dict[str, Any]:
+        path = run_dir / name
+        if not path.exists():
+            raise FileNotFoundError(f"no {name} in the run folder")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"{name} is not a JSON object")
+        return data
+
+    return load
 
 
 def _synthetic(run_dir: Path) -> TextTable:

@@ -59,6 +59,8 @@ def stage_spend(stages: Sequence[tuple[str, float]], total: float | None,
 
 def iteration_curves(rows: Sequence[dict[str, Any]]) -> str:
     """One small panel per numeric field of the per-iteration metrics."""
+    from matplotlib.ticker import MaxNLocator
+
     xs = [row.get("iteration", i) for i, row in enumerate(rows)]
     fields = sorted({k for row in rows for k, v in row.items()
                      if k != "iteration" and isinstance(v, int | float)
@@ -76,6 +78,7 @@ def iteration_curves(rows: Sequence[dict[str, Any]]) -> str:
                 color=SYNTHETIC)
         ax.set_title(name, fontsize="small")
         ax.set_xlabel("iteration", fontsize="small")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[len(fields):]:
         ax.set_visible(False)
     return to_svg(fig)
