@@ -38,6 +38,7 @@ from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
 from dpsynth.errors import DpsynthError
 from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text_table
 from dpsynth.evaluate.next_token import NextTokenConfig
+from dpsynth.methods.registry import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {  # column → path into the metrics dict
@@ -139,7 +140,7 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
             config = {
                 "data": {"path": str((data / "train.csv").resolve()), "label_column": "label"},
                 "budget": {"epsilon": epsilon},
-                "recipe": {"name": recipe, "params": json.loads(args.recipe_params)},
+                "recipe": {"name": recipe, "params": _params_for(recipe, args.recipe_params)},
                 "backends": {"embedder": {"name": args.embedder},
                              "generator": {"name": args.generator,
                                            "model": args.generator_model}},
@@ -160,12 +161,19 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
     return run
 
 
+def _params_for(recipe: str, raw: str) -> dict:
+    """`--recipe-params` is one params object for every recipe, or one per recipe name."""
+    params = json.loads(raw)
+    return params.get(recipe, {}) if set(params) & set(RECIPES) else params
+
+
 def _generator_calls(run_dir: Path) -> int | None:
-    """Generator calls from the run's usage.json (`generator.calls`), if recorded."""
+    """Generator outputs the run asked for (usage.json `generator.outputs`; API calls for a
+    remote backend are `generator.calls`)."""
     path = run_dir / "usage.json"
     if not path.exists():
         return None
-    calls = json.loads(path.read_text(encoding="utf-8")).get("generator", {}).get("calls")
+    calls = json.loads(path.read_text(encoding="utf-8")).get("generator", {}).get("outputs")
     return int(calls) if calls is not None else None
 
 

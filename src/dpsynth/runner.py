@@ -19,6 +19,8 @@ from typing import Any
 import pandas as pd
 
 from dpsynth.backends import Embedder, Generator, build_embedder, build_generator
+from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.counting import CountingGenerator
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
 from dpsynth.data import write_table
@@ -79,7 +81,9 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     out.mkdir(parents=True, exist_ok=True)
     backends = config.backends
     embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
-    generator = generator or build_generator(backends.generator, base_dir=config.base_dir)
+    generator = CountingGenerator(
+        generator or build_generator(_seeded(backends.generator, config.seed),
+                                     base_dir=config.base_dir))
     if latest is not None and "generator" in latest[1] and hasattr(generator, "load_state_dict"):
         generator.load_state_dict(latest[1]["generator"])
     ctx = RunContext(private=run_plan.data.dataset, ledger=ledger, noise=noise,
@@ -102,6 +106,12 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     log.info("done: %d synthetic records, ε spent %.4g of %g", len(result.texts),
              ledger.spent(), ledger.epsilon)
     return RunOutputs(synthetic, privacy, metrics_path, result, ledger)
+
+
+def _seeded(cfg: GeneratorConfig, seed: int | None) -> GeneratorConfig:
+    """A seeded run seeds its generator too (unless the config sets one): same seed, same
+    local backends, same output."""
+    return cfg if cfg.seed is not None or seed is None else cfg.model_copy(update={"seed": seed})
 
 
 def _charge_lost_releases(ledger: PrivacyLedger, journal: Path, seeded: bool) -> None:
