@@ -95,8 +95,52 @@ class _GridQuery:
         return grid.astype(np.int64)
 
 
+class _GridValues(Mechanism):
+    """A value release on the integer grid with integer noise: the part Laplace and Gaussian
+    share. One coordinate's event, composed over the `max_changed` coordinates that move."""
+
+    linf_sensitivity: float
+    max_changed: int
+    integer_valued: bool
+    granularity: float
+
+    @property
+    @abstractmethod
+    def _scale(self) -> float: ...
+
+    @abstractmethod
+    def _one_coordinate(self) -> dp_event.DpEvent: ...
+
+    @abstractmethod
+    def _draw(self, noise: NoiseSource, scale: float, size: int) -> np.ndarray: ...
+
+    def _check(self, name: str) -> None:
+        _positive(name, self._scale)
+        self._grid  # noqa: B018 - validates the grid parameters
+
+    @property
+    def _grid(self) -> _GridQuery:
+        return _GridQuery(self.linf_sensitivity, self.max_changed, self.integer_valued,
+                          self.granularity)
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        one = self._one_coordinate()
+        return one if self.max_changed == 1 else dp_event.SelfComposedDpEvent(one,
+                                                                              self.max_changed)
+
+    @property
+    def noise_scale(self) -> float:
+        return self._scale
+
+    def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
+        grid = self._grid.to_grid(values)
+        drawn = self._draw(noise, self._scale / self.granularity, grid.size)
+        return (grid + drawn.reshape(grid.shape)) * self.granularity
+
+
 @dataclass(frozen=True)
-class Laplace(Mechanism):
+class Laplace(_GridValues):
     """Discrete Laplace noise of scale `scale` on the grid: ε = max_changed·steps·γ/scale.
 
     With one coordinate changed (a count histogram under add/remove) the event is the exact
@@ -111,41 +155,29 @@ class Laplace(Mechanism):
     kind: ClassVar[str] = "laplace"
 
     def __post_init__(self) -> None:
-        _positive("scale", self.scale)
-        self._grid  # noqa: B018 - validates the grid parameters
+        self._check("scale")
 
     @property
-    def _grid(self) -> _GridQuery:
-        return _GridQuery(self.linf_sensitivity, self.max_changed, self.integer_valued,
-                          self.granularity)
+    def _scale(self) -> float:
+        return self.scale
 
     @property
     def epsilon(self) -> float:
         return self.max_changed * self._grid.steps * self.granularity / self.scale
 
-    @property
-    def event(self) -> dp_event.DpEvent:
-        one = dp_event.DiscreteLaplaceDpEvent(self.granularity / self.scale, self._grid.steps)
-        return one if self.max_changed == 1 else dp_event.SelfComposedDpEvent(one,
-                                                                              self.max_changed)
+    def _one_coordinate(self) -> dp_event.DpEvent:
+        return dp_event.DiscreteLaplaceDpEvent(self.granularity / self.scale, self._grid.steps)
 
     @property
     def sensitivity(self) -> float:
         return self.linf_sensitivity * self.max_changed
 
-    @property
-    def noise_scale(self) -> float:
-        return self.scale
-
-    def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
-        grid = self._grid.to_grid(values)
-        noisy = grid + noise.discrete_laplace(self.scale / self.granularity,
-                                              grid.size).reshape(grid.shape)
-        return noisy * self.granularity
+    def _draw(self, noise: NoiseSource, scale: float, size: int) -> np.ndarray:
+        return noise.discrete_laplace(scale, size)
 
 
 @dataclass(frozen=True)
-class Gaussian(Mechanism):
+class Gaussian(_GridValues):
     """Discrete Gaussian noise (parameter σ) on the grid, the L2 analogue of `Laplace`.
 
     L2 sensitivity = linf_sensitivity·√max_changed; a PATE vote histogram, where one teacher
@@ -160,33 +192,21 @@ class Gaussian(Mechanism):
     kind: ClassVar[str] = "gaussian"
 
     def __post_init__(self) -> None:
-        _positive("sigma", self.sigma)
-        self._grid  # noqa: B018 - validates the grid parameters
+        self._check("sigma")
 
     @property
-    def _grid(self) -> _GridQuery:
-        return _GridQuery(self.linf_sensitivity, self.max_changed, self.integer_valued,
-                          self.granularity)
+    def _scale(self) -> float:
+        return self.sigma
 
-    @property
-    def event(self) -> dp_event.DpEvent:
-        one = DiscreteGaussianDpEvent(self.sigma / self.granularity, self._grid.steps)
-        return one if self.max_changed == 1 else dp_event.SelfComposedDpEvent(one,
-                                                                              self.max_changed)
+    def _one_coordinate(self) -> dp_event.DpEvent:
+        return DiscreteGaussianDpEvent(self.sigma / self.granularity, self._grid.steps)
 
     @property
     def sensitivity(self) -> float:
         return self.linf_sensitivity * math.sqrt(self.max_changed)
 
-    @property
-    def noise_scale(self) -> float:
-        return self.sigma
-
-    def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
-        grid = self._grid.to_grid(values)
-        noisy = grid + noise.discrete_gaussian(self.sigma / self.granularity,
-                                               grid.size).reshape(grid.shape)
-        return noisy * self.granularity
+    def _draw(self, noise: NoiseSource, scale: float, size: int) -> np.ndarray:
+        return noise.discrete_gaussian(scale, size)
 
 
 @dataclass(frozen=True)
