@@ -46,7 +46,7 @@ def test_dp_finetune_learns_and_charges_every_step(mode):
     config = DpTraining(steps=30, sampling_rate=0.25, noise_multiplier=0.5,
                         learning_rate=5e-3, max_length=12, grad_sample_mode=mode)
     trained = dp_finetune(model, seqs, PAD, config, ledger, "training",
-                          step_event(0.5, 0.25), seed=0)
+                          step_event(0.5, 0.25), noise_key=b"k" * 16)
     assert ledger.breakdown()["training"]["releases"] == 30
     assert mean_loss(trained, seqs) < before - 0.5
 
@@ -56,7 +56,7 @@ def test_training_stops_at_the_budget_before_overspending():
     config = DpTraining(steps=500, sampling_rate=0.25, noise_multiplier=5.0, max_length=12)
     with pytest.raises(BudgetExceededError):
         dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
-                    step_event(5.0, 0.25), seed=0)
+                    step_event(5.0, 0.25), noise_key=b"k" * 16)
     assert 0 < ledger.breakdown()["training"]["releases"] < 500
     assert ledger.spent() <= 1.0
 

@@ -98,10 +98,14 @@ class Recipe(ABC):
     def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
         """Generator outputs the run will ask for, per operation (for `dpsynth plan`)."""
 
+    def fixed_noise(self) -> dict[str, float]:
+        """Stages whose noise scale the recipe pins (a paper's default σ); none by default."""
+        return {}
+
     def plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
         """Noise scales for every stage so that all of them compose to (ε, δ)."""
         stages = apply_split(self.stages(private, delta), self.split)
-        return _plan(epsilon, delta, tuple(stages))
+        return _plan(epsilon, delta, tuple(stages), tuple(sorted(self.fixed_noise().items())))
 
     @abstractmethod
     def run(self, ctx: RunContext) -> SyntheticSet:
@@ -109,6 +113,8 @@ class Recipe(ABC):
 
 
 @functools.lru_cache(maxsize=32)
-def _plan(epsilon: float, delta: float, stages: tuple[StageSpec, ...]) -> BudgetPlan:
-    """Calibration takes seconds; a resumed run or `plan` then `run` reuse the answer."""
-    return plan_budget(epsilon, delta, list(stages))
+def _plan(epsilon: float, delta: float, stages: tuple[StageSpec, ...],
+          fixed: tuple[tuple[str, float], ...]) -> BudgetPlan:
+    """Calibration takes seconds; a resumed run or `plan` then `run` reuse the answer. The
+    coarser PLD grid gives a pessimistic ε, so the plan also holds on the ledger's finer one."""
+    return plan_budget(epsilon, delta, list(stages), fixed=dict(fixed), discretization=1e-3)

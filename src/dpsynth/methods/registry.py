@@ -5,11 +5,14 @@ from __future__ import annotations
 from dpsynth.config import RecipeConfig
 from dpsynth.errors import ConfigError
 from dpsynth.methods.base import Recipe
+from dpsynth.methods.ctcl import Ctcl
+from dpsynth.methods.dpft import DpFinetune
 from dpsynth.methods.dpga import Dpga
 from dpsynth.methods.kd_tutor import KdTutor
 from dpsynth.methods.pe import PrivateEvolution
 
-RECIPES: dict[str, type[Recipe]] = {"dpga": Dpga, "kd_tutor": KdTutor, "pe": PrivateEvolution}
+RECIPES: dict[str, type[Recipe]] = {"ctcl": Ctcl, "dpft": DpFinetune, "dpga": Dpga,
+                                     "kd_tutor": KdTutor, "pe": PrivateEvolution}
 
 
 def build_recipe(cfg: RecipeConfig, split: dict[str, float] | None = None) -> Recipe:

@@ -67,26 +67,32 @@ def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,
 
 def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: int,
                 config: DpTraining, ledger: PrivacyLedger, stage: str,
-                step_event: Callable[[], object], seed: int,
+                step_event: Callable[[], object], noise_key: bytes,
                 on_step: Callable[[int, float], None] | None = None) -> nn.Module:
     """Train `model` in place on the private token sequences; returns the trained module.
 
     `step_event()` is the ledger event of one step (from the budget plan); it is charged
     before each optimizer step, so a step over budget raises before its noise is drawn.
+    `noise_key` (from the run's `NoiseSource`, so secret unless the run is seeded) seeds the
+    generator of the batch sampling and the gradient noise. opacus' own CSPRNG needs
+    torchcsprng, which has no build for this torch; its generator is seeded from the key.
     """
     from opacus import PrivacyEngine
 
-    torch.manual_seed(seed)
+    noise_generator = torch.Generator().manual_seed(int.from_bytes(noise_key[:8], "big") >> 1)
+    torch.manual_seed(int.from_bytes(noise_key[8:16], "big") >> 1)  # opacus' Poisson sampler
+    model.train()
     ids = pad_batch(sequences, config.max_length, pad_id)
     expected = max(1, round(config.sampling_rate * len(ids)))
     loader = DataLoader(TensorDataset(ids), batch_size=expected)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     criterion = SequenceLoss(pad_id)
-    engine = PrivacyEngine(accountant="prv")
+    engine = PrivacyEngine(accountant="prv", secure_mode=False)
     wrapped = engine.make_private(
         module=model, optimizer=optimizer, data_loader=loader, criterion=criterion,
         noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
-        poisson_sampling=True, grad_sample_mode=config.grad_sample_mode)
+        poisson_sampling=True, grad_sample_mode=config.grad_sample_mode,
+        noise_generator=noise_generator)
     if config.grad_sample_mode == "ghost":
         private_model, dp_optimizer, criterion, dp_loader = wrapped
     else:
@@ -125,6 +131,6 @@ def _noise_only_step(optimizer, config: DpTraining, expected: int) -> None:
     std = config.noise_multiplier * config.max_grad_norm / expected
     for group in optimizer.param_groups:
         for param in group["params"]:
-            param.grad = torch.randn_like(param) * std
+            param.grad = torch.randn(param.shape, generator=optimizer.generator) * std
     optimizer.original_optimizer.step()
     optimizer.original_optimizer.zero_grad()

@@ -8,6 +8,7 @@ load, recomputes every figure from the recorded events rather than trusting stor
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -93,11 +94,10 @@ class PrivacyLedger:
         return _Composition(pld_lib.identity(self.discretization))
 
     def _event_composition(self, event: dp_event.DpEvent) -> _Composition:
-        accountant = PldAccountant(self.discretization)
-        if not accountant.supports(event):
-            raise ValueError(f"the ledger cannot account event {event}")
-        accountant.compose(event)
-        return _Composition(accountant.pld, accountant.additive_delta, accountant.is_private)
+        try:
+            return _cached_composition(event, self.discretization)
+        except TypeError:  # events holding lists (ComposedDpEvent) are not hashable
+            return _event_composition(event, self.discretization)
 
     def _compose(self, base: _Composition, event: dp_event.DpEvent) -> _Composition:
         part = self._event_composition(event)
@@ -190,6 +190,22 @@ class PrivacyLedger:
     @classmethod
     def from_json(cls, text: str) -> PrivacyLedger:
         return cls.from_dict(json.loads(text))
+
+
+def _event_composition(event: dp_event.DpEvent, discretization: float) -> _Composition:
+    """One event's PLD."""
+    accountant = PldAccountant(discretization)
+    if not accountant.supports(event):
+        raise ValueError(f"the ledger cannot account event {event}")
+    accountant.compose(event)
+    return _Composition(accountant.pld, accountant.additive_delta, accountant.is_private)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_composition(event: dp_event.DpEvent, discretization: float) -> _Composition:
+    """A training run charges the same step event hundreds of times, and building a
+    subsampled Gaussian's PLD takes a good fraction of a second: build it once."""
+    return _event_composition(event, discretization)
 
 
 def _finite(value: float) -> float | None:

@@ -1,0 +1,191 @@
+"""CTCL (seeds/ctcl.md): a DP topic histogram over a universal public topic model, and DP
+fine-tuning of the small public conditional LM on (topic keywords [+ label] → document).
+
+    topics      each private record to its nearest public topic; Gaussian counts  (§3.3)
+    labels      a Gaussian label histogram, when the data has labels
+    training    DP-Adam (opacus) on condition → document pairs                     (§3.3)
+    generation  N samples over topics by the DP histogram, each from its topic's   (§3.4)
+                keywords (and a label drawn by the DP label distribution)
+
+The histogram keeps the seed's noise multiplier (10) unless `topic_noise_multiplier` is
+None; training's noise is calibrated so that everything composes to the budget by PLD.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from dpsynth.backends.base import Condition
+from dpsynth.data import Access, PrivateDataset
+from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.conditions import allocate, keep_produced
+from dpsynth.ops.metadata import to_distribution
+from dpsynth.ops.topics import TopicModel, dp_topic_histogram
+from dpsynth.privacy.planning import BudgetPlan, StageSpec
+
+
+class LmTrainingParams(BaseModel):
+    """DP fine-tuning and sampling of the public LM (shared with `dpft`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_output: int = Field(2_000, ge=1)
+    model: Path | None = Field(None, description="public LM folder; the shipped one if omitted")
+    label_fraction: float = Field(0.05, gt=0, lt=1)
+    steps: int = Field(200, ge=1)
+    batch_size: int = Field(64, ge=1, description="expected Poisson batch size")
+    max_grad_norm: float = Field(1.0, gt=0)
+    learning_rate: float = Field(5e-4, gt=0)
+    max_length: int = Field(128, ge=8)
+    grad_sample_mode: Literal["hooks", "ghost"] = "hooks"
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+
+
+class CtclParams(LmTrainingParams):
+    topic_model: Path | None = Field(None, description="topic model folder; the shipped one "
+                                     "if omitted")
+    topic_noise_multiplier: float | None = Field(10.0, gt=0, description="the seed's σ for the "
+                                                 "topic histogram; None calibrates it")
+
+
+class Ctcl(Recipe):
+    name: ClassVar[str] = "ctcl"
+    Params: ClassVar[type[BaseModel]] = CtclParams
+    params: CtclParams
+    uses_topics: ClassVar[bool] = True
+
+    def fixed_noise(self) -> dict[str, float]:
+        sigma = self.params.topic_noise_multiplier if self.uses_topics else None
+        return {"topic_histogram": sigma} if sigma else {}
+
+    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+        p, k = self.params, private.records_per_unit
+        stages = []
+        if self.uses_topics:
+            stages.append(StageSpec("topic_histogram", "gaussian", 0.1, max_changed=k))
+        if private.has_labels:
+            stages.append(StageSpec("label_histogram", "gaussian", p.label_fraction,
+                                    max_changed=k))
+        rate = min(1.0, p.batch_size / max(1, private.n_units))
+        rest = 1.0 - sum(s.fraction for s in stages)
+        stages.append(StageSpec("training", "dp_sgd", rest, compositions=p.steps,
+                                sampling_rate=rate))
+        return stages
+
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        return {"generate": self.params.n_output}
+
+    def run(self, ctx: RunContext) -> SyntheticSet:
+        from dpsynth.backends.offline.generator import OfflineGenerator
+
+        if ctx.private.records_per_unit != 1:
+            raise ValueError("DP fine-tuning clips one record per sample: set "
+                             "data.max_records_per_user: 1")
+        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        trained = ctx.checkpoints.folder / "model"
+        if ctx.resumed is None:
+            keywords, topic_probs = self._topics(ctx, plan)
+            label_probs = self._labels(ctx, plan)
+            self._train(ctx, plan, keywords, trained)
+            state = {"topic_probs": topic_probs, "label_probs": label_probs,
+                     "topic_keywords": self._keyword_table(ctx)}
+            ctx.save(1, state)
+        else:
+            state = ctx.resumed[1]
+        generator = OfflineGenerator(trained, temperature=self.params.temperature,
+                                     top_p=self.params.top_p, seed=ctx.seed)
+        conditions = self._conditions(ctx, state)
+        texts, labels = keep_produced(generator.generate(conditions),
+                                      [c.label for c in conditions])
+        ctx.report({"training_steps": self.params.steps, "synthetic": len(texts),
+                    "epsilon_spent": ctx.ledger.spent()})
+        return SyntheticSet(texts, labels if ctx.private.has_labels else None)
+
+    # -- private stages ----------------------------------------------------------------------
+
+    def _topic_model(self) -> TopicModel:
+        folder = self.params.topic_model or Path(__file__).resolve().parents[1] / "assets/topics"
+        return TopicModel.load(folder)
+
+    def _topics(self, ctx: RunContext, plan: BudgetPlan) -> tuple[list[tuple[str, ...]],
+                                                                   list[float] | None]:
+        """Per-record condition keywords and the DP topic distribution (None without topics)."""
+        if not self.uses_topics:
+            return [()] * ctx.private.n_records, None
+        model = self._topic_model()
+        assigned, noisy = dp_topic_histogram(ctx.embed_private(), model,
+                                             plan.stage("topic_histogram").mechanism,
+                                             ctx.ledger, ctx.noise)
+        return ([tuple(model.keywords[t]) for t in assigned],
+                to_distribution(noisy).tolist())
+
+    def _labels(self, ctx: RunContext, plan: BudgetPlan) -> list[float] | None:
+        if not ctx.private.has_labels:
+            return None
+        counts = np.bincount(ctx.private.label_codes(Access.LEDGERED_OP),
+                             minlength=len(ctx.private.label_names or ()))
+        noisy = ctx.ledger.release("label_histogram", plan.stage("label_histogram").mechanism,
+                                   counts, ctx.noise)
+        return to_distribution(noisy).tolist()
+
+    def _train(self, ctx: RunContext, plan: BudgetPlan, keywords: list[tuple[str, ...]],
+               out: Path) -> None:
+        """DP-Adam on (condition → document) pairs; the trained weights are a DP release."""
+        import torch
+        from transformers import GPT2LMHeadModel
+
+        from dpsynth.backends.offline import format as fmt
+        from dpsynth.backends.offline.generator import MAX_KEYWORDS
+        from dpsynth.backends.offline.model import asset_dir, load_tokenizer
+        from dpsynth.ops.dp_training import DpTraining, dp_finetune
+
+        p, private = self.params, ctx.private
+        source = p.model or asset_dir()
+        tokenizer = load_tokenizer(source)
+        names = private.label_names
+        codes = private.label_codes(Access.LEDGERED_OP) if names else None
+        texts = private.texts(Access.LOCAL_DP_TRAINING)
+        sequences = [tokenizer.encode(fmt.document_sequence(fmt.Fields(
+            label=names[codes[i]] if names else None, keywords=keywords[i][:MAX_KEYWORDS]),
+            text)).ids for i, text in enumerate(texts)]
+        stage = plan.stage("training")
+        model = GPT2LMHeadModel.from_pretrained(source, dtype=torch.float32)
+        config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,
+                            noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
+                            learning_rate=p.learning_rate, max_length=p.max_length,
+                            grad_sample_mode=p.grad_sample_mode)
+        eos = tokenizer.token_to_id(fmt.EOS)
+        trained = dp_finetune(model, sequences, eos, config, ctx.ledger, "training",
+                              lambda: stage.spec.release_event(stage.noise_scale),
+                              ctx.noise.random_key())
+        trained.save_pretrained(out)
+        for extra in Path(source).iterdir():  # tokenizer and keyword table travel along
+            if extra.suffix == ".json" and extra.name != "config.json":
+                shutil.copy(extra, out / extra.name)
+
+    # -- generation (post-processing) --------------------------------------------------------
+
+    def _keyword_table(self, ctx: RunContext) -> list[list[str]]:
+        return self._topic_model().keywords if self.uses_topics else []
+
+    def _conditions(self, ctx: RunContext, state: dict) -> list[Condition]:
+        rng = np.random.default_rng([ctx.seed, 2])
+        names = ctx.private.label_names
+        n = self.params.n_output
+        if state["topic_probs"] is not None:
+            topics = np.repeat(np.arange(len(state["topic_probs"])),
+                               allocate(n, np.asarray(state["topic_probs"]), minimum=0))
+        else:
+            topics = np.full(n, -1)
+        labels = (rng.choice(names, size=n, p=np.asarray(state["label_probs"]))
+                  if names else [None] * n)
+        table = state["topic_keywords"]
+        return [Condition(label=None if y is None else str(y),
+                          keywords=tuple(table[t]) if t >= 0 else ())
+                for t, y in zip(topics, labels, strict=True)]

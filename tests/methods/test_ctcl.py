@@ -1,0 +1,80 @@
+"""CTCL and the DP fine-tune baseline end to end on a tiny local LM and topic model."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("opacus")
+
+from dpsynth.config import parse_config
+from dpsynth.ops.topics import TopicModel
+from dpsynth.runner import run
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
+from tests.tiny_lm import build_tiny_lm
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    return build_tiny_lm(tmp_path_factory.mktemp("lm"))
+
+
+@pytest.fixture
+def topics(tmp_path, tickets):
+    embedder = HashEmbedder()
+    centroids = embedder.encode(["invoice refund charge", "parcel courier delivery",
+                                 "wifi screen battery"])
+    model = TopicModel(centroids, [["invoice", "refund"], ["parcel", "courier"],
+                                   ["wifi", "battery"]], {"method": "test"})
+    return model.save(tmp_path / "topics")
+
+
+def config(tmp_path, tickets, recipe, tiny_lm, topics, **params):
+    import pandas as pd
+
+    texts, labels = tickets
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                          index=False)
+    base = {"n_output": 30, "model": str(tiny_lm), "steps": 6, "batch_size": 32,
+            "max_length": 32, **params}
+    if recipe == "ctcl":
+        base["topic_model"] = str(topics)
+    raw = {"data": {"path": "private.csv", "label_column": "label"},
+           "budget": {"epsilon": 4.0}, "recipe": {"name": recipe, "params": base},
+           "output": {"dir": str(tmp_path / recipe)}, "seed": 3}
+    return parse_config(raw, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("recipe", ["ctcl", "dpft"])
+def test_dp_lm_recipes_train_generate_and_account(tmp_path, tickets, tiny_lm, topics, recipe):
+    outputs = run(config(tmp_path, tickets, recipe, tiny_lm, topics), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    assert 25 <= len(outputs.result.texts) <= 30
+    assert set(outputs.result.labels) <= set(tickets[1])
+    privacy = json.loads(outputs.privacy.read_text())
+    stages = privacy["breakdown"]
+    assert stages["training"]["releases"] == 6
+    assert ("topic_histogram" in stages) == (recipe == "ctcl")
+    assert 3.9 < privacy["spent"]["epsilon"] <= 4.0
+    assert CANARY not in "\n".join(outputs.result.texts)
+
+
+def test_ctcl_keeps_the_seeds_topic_noise(tmp_path, tickets, tiny_lm, topics):
+    from dpsynth.data import PrivateDataset
+    from dpsynth.methods.ctcl import Ctcl
+
+    recipe = Ctcl.from_config({"steps": 6, "topic_model": str(topics)})
+    plan = recipe.plan(PrivateDataset(*[tickets[0]], labels=tickets[1]), 4.0, 1e-4)
+    assert plan.stage("topic_histogram").noise_scale == 10.0
+    free = Ctcl.from_config({"steps": 6, "topic_noise_multiplier": None}).plan(
+        PrivateDataset(tickets[0], labels=tickets[1]), 4.0, 1e-4)
+    assert not np.isclose(free.stage("topic_histogram").noise_scale, 10.0)
+
+
+def test_dpft_refuses_topic_params():
+    from dpsynth.errors import ConfigError
+    from dpsynth.methods.dpft import DpFinetune
+
+    with pytest.raises(ConfigError, match="recipe.params.topic_model: unknown key"):
+        DpFinetune.from_config({"topic_model": "x"})
