@@ -1,0 +1,91 @@
+"""Time of one DP-Adam step beside a non-private step on the same batch and model, for
+opacus' hook mode and ghost clipping, with each mode's peak memory (ctcl issue benchmark).
+
+    python benchmarks/dp_training.py [--batch 32] [--length 128] [--steps 5] [--layers 4]
+
+Each mode runs in its own process so that peak resident memory is its own. The model has the
+offline LM's shape (GPT-2, untied embeddings, vocabulary 8k) with random weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+MODES = ("non-private", "hooks", "ghost")
+
+
+def measure(mode: str, batch: int, length: int, steps: int, layers: int) -> dict:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpsynth.backends.offline.model import build_model
+    from dpsynth.ops.dp_training import SequenceLoss
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = build_model(8192, 0, n_layer=layers, n_embd=256, n_head=4, n_positions=length)
+    model.train()
+    ids = torch.randint(1, 8192, (batch * 4, length))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    criterion = SequenceLoss(0)
+    loader = DataLoader(TensorDataset(ids), batch_size=batch)
+    if mode != "non-private":
+        from opacus import PrivacyEngine
+
+        wrapped = PrivacyEngine().make_private(
+            module=model, optimizer=optimizer, data_loader=loader, criterion=criterion,
+            noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False,
+            grad_sample_mode=mode)
+        model, optimizer = wrapped[0], wrapped[1]
+        criterion = wrapped[2] if mode == "ghost" else criterion
+    x = ids[:batch]
+    inputs, targets = x[:, :-1].contiguous(), x[:, 1:].contiguous()
+    positions = torch.arange(inputs.shape[1]).repeat(len(inputs), 1)
+    times = []
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        logits = model(input_ids=inputs, position_ids=positions).logits
+        criterion(logits, targets).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step:  # the first step warms up
+            times.append(time.perf_counter() - start)
+    return {"mode": mode, "step_s": sorted(times)[len(times) // 2],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.mode:
+        print(json.dumps(measure(args.mode, args.batch, args.length, args.steps, args.layers)))
+        return
+    rows = []
+    for mode in MODES:
+        done = subprocess.run([sys.executable, __file__, "--mode", mode, "--batch",
+                               str(args.batch), "--length", str(args.length), "--steps",
+                               str(args.steps), "--layers", str(args.layers)],
+                              capture_output=True, text=True, check=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    base = rows[0]["step_s"]
+    print(f"batch {args.batch}, length {args.length}, {args.layers} layers, median of "
+          f"{args.steps} steps")
+    print("| mode | step (s) | ratio to non-private | peak RSS (MB) |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['mode']} | {row['step_s']:.3f} | {row['step_s'] / base:.2f} | "
+              f"{row['peak_rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
