@@ -106,11 +106,12 @@ class OfflineGenerator(Generator):
     def _fit(self, prompt: str, reserve: int) -> list[int]:
         """Prompt ids, cut from the left when the prompt and `reserve` new tokens overflow."""
         ids = self._encode(prompt)
-        room = max(8, self.context - reserve)
+        room = max(self.context // 2, self.context - reserve)  # a prompt keeps half at least
         return ids[-room:]
 
     def _reserve(self, words: int | None) -> int:
-        return self.context // 2 if words is None else int(2.2 * words) + 8
+        """Tokens to leave for `words` new words (about 1.4 tokens a word, with room)."""
+        return self.context // 2 if words is None else int(1.8 * words) + 8
 
     @staticmethod
     def _fields(cond: Condition, length: int | None = None,
@@ -184,13 +185,33 @@ class OfflineGenerator(Generator):
         """Fill the blank tokens of each job's words, one span per blank, into `out`."""
         if not jobs:
             return
-        requests = []
+        requests, edges = [], []
         for _, masked, sizes, fields in jobs:
-            prompt = fmt.infill_prompt(fields, masked)
+            head, middle, tail = self._window(fields, masked, self._reserve(sum(sizes)))
+            prompt = fmt.infill_prompt(fields, middle)
             requests.append(Request(self._fit(prompt, self._reserve(sum(sizes))),
                                     tuple(_budget(n) for n in sizes), fill=True))
-        for (i, masked, _, _), spans in zip(jobs, self._run(requests, gen), strict=True):
-            out[i] = fmt.merge_spans(masked, spans)
+            edges.append((head, middle, tail))
+        for (i, *_), (head, middle, tail), spans in zip(jobs, edges, self._run(requests, gen),
+                                                        strict=True):
+            out[i] = " ".join([*head, fmt.merge_spans(middle, spans), *tail])
+
+    def _window(self, fields: fmt.Fields, masked: list[str], reserve: int):
+        """(head, middle, tail) of a masked text: when the prompt would not fit the context,
+        kept words before the first and after the last blank move out of the prompt (they
+        stay in the text as they are)."""
+        first = masked.index(fmt.BLANK_TOKEN)
+        last = len(masked) - 1 - masked[::-1].index(fmt.BLANK_TOKEN)
+        lo, hi = 0, len(masked)
+        while True:
+            size = len(self._encode(fmt.infill_prompt(fields, masked[lo:hi])))
+            if size + reserve <= self.context or (lo == first and hi == last + 1):
+                return masked[:lo], masked[lo:hi], masked[hi:]
+            step = max(1, (size + reserve - self.context) // 2)
+            if first - lo >= hi - 1 - last:
+                lo = min(first, lo + step)
+            else:
+                hi = max(last + 1, hi - step)
 
     def crossover(self, parent_groups: Sequence[Sequence[str]],
                   conditions: Sequence[Condition]) -> list[str]:
@@ -211,8 +232,6 @@ class OfflineGenerator(Generator):
             keep = min(round(CROSSOVER_PREFIX * len(first)), round(CROSSOVER_PREFIX * target))
             prefix = " ".join(first[:keep])
             fields = self._fields(cond, length=target, extra_keywords=extra)
-            if cond.length is None:
-                fields = fmt.Fields(fields.kind, fields.label, fields.keywords, target)
             prompt = fmt.generation_prompt(fields, prefix)
             requests.append(Request(self._fit(prompt, self._reserve(target)),
                                     (_budget(target),), words_so_far=keep))
