@@ -83,7 +83,8 @@ def main() -> None:
     filled = timed("fill", lambda: gen.fill(masked, conds), args.n)
     print("             " + length_report(filled, [fmt.count_words(t) for t in masked]))
     groups = [[made[i], made[(i + 1) % args.n]] for i in range(args.n)]
-    children = timed("crossover", lambda: gen.crossover(groups, conds), args.n)
+    unsized = [Condition(c.label, c.keywords, None, c.text) for c in conds]  # parents' mean
+    children = timed("crossover", lambda: gen.crossover(groups, unsized), args.n)
     print("             " + length_report(children, [
         round((fmt.count_words(a) + fmt.count_words(b)) / 2) for a, b in groups]))
     ppl = timed("perplexity", lambda: list(gen.perplexity(made)), args.n)

@@ -81,6 +81,15 @@ def test_fill_replaces_every_blank_and_keeps_the_rest(gen):
     assert gen.fill(["no blanks here"], [Condition()]) == ["no blanks here"]
 
 
+def test_fill_of_a_text_longer_than_the_context_keeps_every_word(gen):
+    words = [WORDS[i % len(WORDS)] for i in range(400)]
+    words[300] = "_"
+    out = gen.fill([" ".join(words)], [Condition()])[0].split()
+    assert "_" not in out and fmt.BLANK_TOKEN not in out
+    assert out[:300] == words[:300]
+    assert out[-99:] == words[301:]
+
+
 def test_crossover_starts_with_first_parent_and_needs_two(gen):
     parents = ["the cat sat on a mat while rain fell over quiet hills and old stone walls",
                "river town market bread music film review story plot actor great terrible"]

@@ -39,6 +39,8 @@ class Request:
     """Segments end with the separator (fill-in-the-middle), not the end-of-text token."""
     words_so_far: int = 0
     """Words already in the text before generation starts (a kept prefix)."""
+    contrast: list[int] | None = None
+    """The prompt without the fields to stress, for guidance (None: no guidance)."""
 
 
 class TokenClasses:
@@ -79,17 +81,33 @@ def _draw(logits: torch.Tensor, temperature: float, top_p: float,
     return index.gather(-1, pick).squeeze(-1)
 
 
+def _combine(logits: torch.Tensor, b: int, guided: bool, guidance: float) -> torch.Tensor:
+    if not guided:
+        return logits
+    cond, contrast = logits[:b], logits[b:]
+    return contrast + guidance * (cond - contrast)
+
+
 @torch.inference_mode()
 def sample(model, classes: TokenClasses, requests: Sequence[Request], *, temperature: float,
-           top_p: float, generator: torch.Generator, context: int) -> list[list[list[int]]]:
-    """Generated token ids for each request, split into its segments (end tokens dropped)."""
+           top_p: float, generator: torch.Generator, context: int,
+           guidance: float = 1.0) -> list[list[list[int]]]:
+    """Generated token ids for each request, split into its segments (end tokens dropped).
+
+    With `guidance` > 1 and requests that carry a `contrast` prompt, the next-token logits are
+    `contrast + guidance * (prompt - contrast)` (classifier-free guidance): what the dropped
+    fields change is stressed. The contrast rows run in the same batch."""
     b = len(requests)
-    width = max(len(r.prompt) for r in requests)
-    ids = torch.full((b, width), classes.eos, dtype=torch.long)
-    mask = torch.zeros((b, width), dtype=torch.long)
-    for i, r in enumerate(requests):  # left padding keeps every row's next token aligned
-        ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
-        mask[i, width - len(r.prompt):] = 1
+    prompts = [r.prompt for r in requests]
+    guided = guidance != 1.0 and any(r.contrast for r in requests)
+    if guided:
+        prompts += [r.contrast or r.prompt for r in requests]
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), classes.eos, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):  # left padding keeps every row's next token aligned
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     nseg = max(len(r.segments) for r in requests)
 
@@ -114,7 +132,7 @@ def sample(model, classes: TokenClasses, requests: Sequence[Request], *, tempera
     logits_out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                        use_cache=True)
     past = logits_out.past_key_values
-    logits = logits_out.logits[:, -1, :].float()
+    logits = _combine(logits_out.logits[:, -1, :].float(), b, guided, guidance)
     for _ in range(max(0, budget)):
         s = seg.clamp(max=nseg - 1)
         lo, tgt, hi = min_w[rows, s], target[rows, s], max_w[rows, s]
@@ -144,10 +162,11 @@ def sample(model, classes: TokenClasses, requests: Sequence[Request], *, tempera
         done |= finished
         if bool(done.all()):
             break
-        mask = torch.cat([mask, torch.ones((b, 1), dtype=torch.long)], dim=1)
+        mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=torch.long)], dim=1)
         positions = positions[:, -1:] + 1
-        step = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
+        fed = torch.cat([token, token]) if guided else token
+        step = model(input_ids=fed[:, None], attention_mask=mask, position_ids=positions,
                      past_key_values=past, use_cache=True)
         past = step.past_key_values
-        logits = step.logits[:, -1, :].float()
+        logits = _combine(step.logits[:, -1, :].float(), b, guided, guidance)
     return out
