@@ -127,3 +127,15 @@ def test_factory_builds_offline_from_config(tiny_dir):
 def test_missing_model_folder_is_named(tmp_path):
     with pytest.raises(InputError, match=str(tmp_path)):
         OfflineGenerator(tmp_path)
+
+
+def test_state_dict_resumes_the_sampling_stream(tiny_dir):
+    cond = [Condition(length=8)] * 3
+    whole = OfflineGenerator(tiny_dir, seed=5)
+    whole.generate(cond)
+    expected = whole.generate(cond)
+    first = OfflineGenerator(tiny_dir, seed=5)
+    first.generate(cond)
+    resumed = OfflineGenerator(tiny_dir, seed=5)
+    resumed.load_state_dict(first.state_dict())
+    assert resumed.generate(cond) == expected

@@ -96,6 +96,14 @@ class OfflineGenerator(Generator):
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + self._calls) % 2**63)
         return gen, random.Random(f"{self.seed}:{self._calls}")
 
+    def state_dict(self) -> dict[str, int]:
+        """The call count that keys each call's randomness: checkpointed so that a resumed
+        run samples what an uninterrupted one would have."""
+        return {"calls": self._calls}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._calls = int(state["calls"])
+
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text).ids
 
