@@ -217,3 +217,28 @@ class CountingGenerator(RecordingGenerator):
     def crossover(self, parent_groups, conditions):
         self.outputs["crossover"] += len(parent_groups)
         return super().crossover(parent_groups, conditions)
+
+
+def test_public_texts_are_embedded_once_per_run(tmp_path):
+    from dpsynth.checkpoint import CheckpointStore
+    from dpsynth.methods.base import RunContext
+    from dpsynth.privacy.ledger import PrivacyLedger
+    from dpsynth.privacy.noise import NoiseSource
+
+    class CountingEmbedder(HashEmbedder):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def encode(self, texts):
+            self.seen += list(texts)
+            return super().encode(texts)
+
+    embedder = CountingEmbedder()
+    ctx = RunContext(PrivateDataset(["p"]), PrivacyLedger(1.0, 1e-5), NoiseSource(0), embedder,
+                     RecordingGenerator(), CheckpointStore(tmp_path), seed=0)
+    first = ctx.embed_public(["a", "b", "a"])
+    second = ctx.embed_public(["b", "c"])
+    assert embedder.seen == ["a", "b", "c"]
+    assert first.shape == (3, embedder.dim) and (first[0] == first[2]).all()
+    assert (second[0] == first[1]).all()

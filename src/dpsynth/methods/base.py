@@ -53,6 +53,19 @@ class RunContext:
     allow_remote_embedding: bool = False
     """`backends.embedder.allow_remote_on_private`: the user's explicit opt-in."""
 
+    _public_embeddings: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def embed_public(self, texts: list[str]) -> np.ndarray:
+        """Embed public or synthetic texts, each distinct text once per run: elites carried
+        over from one generation to the next are not embedded again."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self._public_embeddings]
+        if missing:
+            self._public_embeddings.update(zip(missing, self.embedder.encode(missing),
+                                               strict=True))
+        if not texts:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return np.stack([self._public_embeddings[t] for t in texts])
+
     def embed_private(self, private: PrivateDataset | None = None) -> np.ndarray:
         """Embed private texts (never cached; a remote embedder only with the opt-in)."""
         return (private or self.private).embed(self.embedder,

@@ -113,7 +113,7 @@ class Dpga(Recipe):
         vote_mechanism = plan.stage("voting").mechanism
         for t in range(start, p.iterations):
             texts, pop_labels = population
-            pop_emb = ctx.embedder.encode(texts)
+            pop_emb = ctx.embed_public(texts)
             pop_codes = (np.array([labels.index(y) for y in pop_labels]) if labels else None)
             votes = dp_nearest_votes(private_emb, private_codes, pop_emb, pop_codes,
                                      vote_mechanism, ctx.ledger, ctx.noise,
@@ -187,7 +187,7 @@ class Dpga(Recipe):
                          if labels else None)
         mechanism = plan.stage("keyword_histogram").mechanism
         votes = dp_keyword_votes(private_emb, private_codes,
-                                 ctx.embedder.encode([w for _, w in flat]), keyword_codes,
+                                 ctx.embed_public([w for _, w in flat]), keyword_codes,
                                  mechanism, ctx.ledger, ctx.noise)
         weights = {}
         for key in keywords:

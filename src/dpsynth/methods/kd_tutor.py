@@ -84,7 +84,7 @@ class KdTutor(Recipe):
             state = ctx.resumed[1]
             pool, probs = (state["texts"], state["labels"]), np.asarray(state["probs"])
         texts, pool_labels = pool
-        embeddings = ctx.embedder.encode(texts)
+        embeddings = ctx.embed_public(texts)
         ranked = np.arange(p.n_negatives, len(texts))
 
         teachers = self._teachers(ctx, embeddings[: p.n_negatives])

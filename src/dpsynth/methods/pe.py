@@ -88,7 +88,7 @@ class PrivateEvolution(Recipe):
         mechanism = plan.stage("voting").mechanism
         for t in range(start, p.iterations):
             texts, pop_labels, probs = population
-            pop_emb = ctx.embedder.encode(texts)
+            pop_emb = ctx.embed_public(texts)
             pop_codes = np.array([groups.index(y) for y in pop_labels]) if labels else None
             votes = dp_nearest_votes(private_emb, private_codes, pop_emb, pop_codes, mechanism,
                                      ctx.ledger, ctx.noise, ctx.private.records_per_unit)
