@@ -51,6 +51,8 @@ METRICS = {  # column → path into the metrics dict
     "knn_recall": ("fidelity", "knn_recall"),
 }
 
+REPORTED = ("student_queries", "training_steps")  # columns a recipe fills from metrics.jsonl
+
 
 class NotAvailable(Exception):
     """A row that cannot be produced here; the message says why."""
@@ -60,6 +62,7 @@ class NotAvailable(Exception):
 class Produced:
     table: TextTable
     generator_calls: int | None
+    reported: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
                                        test, test_emb,
                                        config=config.model_copy(update={"seed": seed}))
             metrics = {col: _get(result.metrics, path) for col, path in METRICS.items()}
-            metrics.update(wall_s=wall, generator_calls=produced.generator_calls)
+            metrics.update(wall_s=wall, generator_calls=produced.generator_calls,
+                           **produced.reported)
             row.runs.append(metrics)
             print(f"{name} ε={row.epsilon} seed={seed}: accuracy "
                   f"{metrics['accuracy']:.4f}, {wall:.1f}s", file=sys.stderr)
@@ -136,7 +140,8 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
 
     def run(seed: int) -> Produced:
         with tempfile.TemporaryDirectory(prefix="dpsynth-bench-") as tmp:
-            out = Path(tmp) / "run"
+            out = (Path(args.keep_runs) / f"{args.dataset}-{recipe}-eps{epsilon:g}-seed{seed}"
+                   if args.keep_runs else Path(tmp) / "run")
             config = {
                 "data": {"path": str((data / "train.csv").resolve()), "label_column": "label"},
                 "budget": {"epsilon": epsilon},
@@ -156,9 +161,18 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
                 lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
                 raise NotAvailable(lines[-1] if lines else f"exit code {done.returncode}")
             table = read_text_table(out / "synthetic.csv", require_labels=True)
-            return Produced(table, _generator_calls(out))
+            return Produced(table, _generator_calls(out), _reported(out))
 
     return run
+
+
+def _reported(run_dir: Path) -> dict[str, float]:
+    """The recipe's own figures from the last diagnostics row (metrics.jsonl): the student
+    queries kd_tutor's budget allowed, the training steps of ctcl and dpft."""
+    path = run_dir / "metrics.jsonl"
+    rows = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    last = json.loads(rows[-1]) if rows else {}
+    return {key: float(last[key]) for key in REPORTED if key in last}
 
 
 def _params_for(recipe: str, raw: str) -> dict:
@@ -194,7 +208,7 @@ def _get(metrics: dict, path: tuple[str, ...]) -> float:
 
 
 def _write(rows: list[Row], args: argparse.Namespace) -> None:
-    columns = [c for c in (*METRICS, "wall_s", "generator_calls")
+    columns = [c for c in (*METRICS, "wall_s", "generator_calls", *REPORTED)
                if any(not _all_nan(r, c) for r in rows)]
     records, lines = [], []
     header = ["row", "ε", "seeds", *columns, "note"]
@@ -204,7 +218,8 @@ def _write(rows: list[Row], args: argparse.Namespace) -> None:
                                      "seeds": len(row.runs), "note": row.note}
         cells = []
         for col in columns:
-            values = np.array([r[col] for r in row.runs if r[col] is not None], dtype=float)
+            values = np.array([r[col] for r in row.runs if r.get(col) is not None],
+                              dtype=float)
             mean = float(values.mean()) if len(values) else math.nan
             std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
             record[f"{col}_mean"], record[f"{col}_std"] = mean, std
@@ -214,7 +229,7 @@ def _write(rows: list[Row], args: argparse.Namespace) -> None:
                                          row.note]) + " |")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"utility-{args.dataset}"
+    stem = out_dir / "-".join(filter(None, ("utility", args.dataset, args.tag)))
     pd.DataFrame(records).to_csv(stem.with_suffix(".csv"), index=False)
     title = (f"# Utility on {args.dataset}: n = {args.n_synthetic} synthetic records, "
              f"{args.test_size} real test records, seeds {args.seeds}, embedder "
@@ -225,7 +240,7 @@ def _write(rows: list[Row], args: argparse.Namespace) -> None:
 
 
 def _all_nan(row: Row, col: str) -> bool:
-    return all(r[col] is None or math.isnan(r[col]) for r in row.runs)
+    return all(r.get(col) is None or math.isnan(r[col]) for r in row.runs)
 
 
 def _cell(mean: float, std: float) -> str:
@@ -253,6 +268,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--next-token-steps", type=int, default=200)
     parser.add_argument("--no-mauve", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--tag", default="", help="suffix of the result files' names")
+    parser.add_argument("--keep-runs", default="", help="keep every run folder under this "
+                        "directory (default: deleted after scoring)")
     return parser.parse_args(argv)
 
 

@@ -91,3 +91,22 @@ def test_a_recipe_row_runs_dpsynth_run_in_a_subprocess(bench, tmp_path):
         assert "generator" in str(exc)
     else:
         assert len(produced.table) > 0
+
+
+def test_recipe_figures_come_from_the_last_diagnostics_row(bench, tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"student_queries": 100, "epsilon_spent": 1.0}\n'
+        '{"student_queries": 300, "epsilon_spent": 3.9, "teachers": 15}\n', encoding="utf-8")
+    assert bench._reported(tmp_path) == {"student_queries": 300.0}
+    assert bench._reported(tmp_path / "missing") == {}
+
+
+def test_tag_names_the_result_files(bench, tmp_path, monkeypatch, hashing_embedder):
+    _dataset(tmp_path)
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: LabelEcho())
+    bench.main(["tiny", "--data-root", str(tmp_path), "--epsilons", "1", "--seeds", "0",
+                "--n-synthetic", "20", "--test-size", "30", "--no-mauve", "--out",
+                str(tmp_path / "out"), "--tag", "n20"])
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "utility-tiny-n20.csv", "utility-tiny-n20.md"]

@@ -78,3 +78,38 @@ def test_dpft_refuses_topic_params():
 
     with pytest.raises(ConfigError, match="recipe.params.topic_model: unknown key"):
         DpFinetune.from_config({"topic_model": "x"})
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+def test_ctcl_killed_mid_training_resumes_to_the_unbroken_output(tmp_path, tickets, tiny_lm,
+                                                                 topics, monkeypatch):
+    from dpsynth.checkpoint import CheckpointStore
+    from dpsynth.ops.training_state import TrainingCheckpoints
+
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    whole = run(config(tmp_path / "a", tickets, "ctcl", tiny_lm, topics, checkpoint_every=2),
+                embedder=HashEmbedder(), generator=RecordingGenerator())
+    save = TrainingCheckpoints.save
+
+    def save_then_die(self, step, model, optimizer):
+        save(self, step, model, optimizer)
+        if step == 4:
+            raise _Killed
+
+    resumed_config = config(tmp_path / "b", tickets, "ctcl", tiny_lm, topics,
+                            checkpoint_every=2)
+    with monkeypatch.context() as patch:
+        patch.setattr(TrainingCheckpoints, "save", save_then_die)
+        with pytest.raises(_Killed):
+            run(resumed_config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    out = resumed_config.output.dir
+    step, envelope = CheckpointStore(out / "checkpoints").latest()
+    assert step == 4 and envelope["recipe"]["trained_steps"] == 4
+    resumed = run(resumed_config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert resumed.result.texts == whole.result.texts
+    assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]
+    assert not (out / "checkpoints" / "training").exists()

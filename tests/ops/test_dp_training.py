@@ -46,7 +46,7 @@ def test_dp_finetune_learns_and_charges_every_step(mode):
     config = DpTraining(steps=30, sampling_rate=0.25, noise_multiplier=0.5,
                         learning_rate=5e-3, max_length=12, grad_sample_mode=mode)
     trained = dp_finetune(model, seqs, PAD, config, ledger, "training",
-                          step_event(0.5, 0.25), noise_key=b"k" * 16)
+                          step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
     assert ledger.breakdown()["training"]["releases"] == 30
     assert mean_loss(trained, seqs) < before - 0.5
 
@@ -56,7 +56,7 @@ def test_training_stops_at_the_budget_before_overspending():
     config = DpTraining(steps=500, sampling_rate=0.25, noise_multiplier=5.0, max_length=12)
     with pytest.raises(BudgetExceededError):
         dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
-                    step_event(5.0, 0.25), noise_key=b"k" * 16)
+                    step_event(5.0, 0.25), next_key=lambda: b"k" * 16)
     assert 0 < ledger.breakdown()["training"]["releases"] < 500
     assert ledger.spent() <= 1.0
 
@@ -69,3 +69,52 @@ def test_sequence_loss_counts_each_sequence_once():
     per_sample = loss(logits, targets)
     assert per_sample.shape == (2,)
     assert torch.allclose(per_sample, torch.full((2,), float(torch.log(torch.tensor(50.0)))))
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+def test_training_resumed_at_a_checkpoint_ends_where_an_unbroken_run_ends(tmp_path):
+    from dpsynth.ops.training_state import TrainingCheckpoints
+    from dpsynth.privacy.noise import NoiseSource
+
+    config = DpTraining(steps=6, sampling_rate=0.25, noise_multiplier=0.5,
+                        learning_rate=5e-3, max_length=12)
+
+    def train(folder, noise, committed, resume_step=0):
+        checkpoints = TrainingCheckpoints(folder, 2, committed, resume_step)
+        ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2)
+        model = dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
+                            step_event(0.5, 0.25), noise.random_key, checkpoints)
+        return model, ledger
+
+    whole, _ = train(tmp_path / "whole", NoiseSource(7), lambda step: None)
+    noise, states = NoiseSource(7), {}
+
+    def kill_at_four(step):
+        states[step] = noise.state_dict()  # what the recipe's JSON checkpoint keeps
+        if step == 4:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train(tmp_path / "resumed", noise, kill_at_four)
+    assert "step-000004" in [p.name for p in (tmp_path / "resumed").iterdir()]
+    resumed, ledger = train(tmp_path / "resumed", NoiseSource.from_state_dict(states[4]),
+                            lambda step: None, resume_step=4)
+    assert ledger.breakdown()["training"]["releases"] == 2
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), name
+    fresh, _ = train(tmp_path / "other", NoiseSource(8), lambda step: None)
+    assert not torch.equal(fresh.state_dict()["lm_head.weight"],
+                           whole.state_dict()["lm_head.weight"])
+
+
+def test_resuming_without_the_saved_state_is_a_clear_error(tmp_path):
+    from dpsynth.ops.training_state import TrainingCheckpoints
+
+    checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None, resume_step=4)
+    model = tiny_model()
+    with pytest.raises(FileNotFoundError, match="step-000004"):
+        checkpoints.load(model, torch.optim.AdamW(model.parameters()))

@@ -43,6 +43,8 @@ class LmTrainingParams(BaseModel):
     learning_rate: float = Field(5e-4, gt=0)
     max_length: int = Field(128, ge=8)
     grad_sample_mode: Literal["hooks", "ghost"] = "hooks"
+    checkpoint_every: int = Field(50, ge=1, description="training steps between checkpoints "
+                                  "(weights and Adam moments; a killed run resumes there)")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
 
@@ -90,14 +92,18 @@ class Ctcl(Recipe):
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
         trained = ctx.checkpoints.folder / "model"
         if ctx.resumed is None:
-            keywords, topic_probs = self._topics(ctx, plan)
-            label_probs = self._labels(ctx, plan)
-            self._train(ctx, plan, keywords, trained)
-            state = {"topic_probs": topic_probs, "label_probs": label_probs,
-                     "topic_keywords": self._keyword_table(ctx)}
-            ctx.save(1, state)
+            assigned, topic_probs = self._topics(ctx, plan)
+            state = {"topic_probs": topic_probs, "label_probs": self._labels(ctx, plan),
+                     "topic_keywords": self._keyword_table(ctx), "trained_steps": 0}
+            ctx.save(0, state)
         else:
             state = ctx.resumed[1]
+        if state["trained_steps"] < self.params.steps:
+            if ctx.resumed is not None:
+                assigned = self._assigned_topics(ctx)
+            self._train(ctx, plan, state, assigned, trained)
+            state = {**state, "trained_steps": self.params.steps}
+            ctx.save(self.params.steps, state)
         generator = OfflineGenerator(trained, temperature=self.params.temperature,
                                      top_p=self.params.top_p, seed=ctx.seed)
         conditions = self._conditions(ctx, state)
@@ -113,17 +119,19 @@ class Ctcl(Recipe):
         folder = self.params.topic_model or Path(__file__).resolve().parents[1] / "assets/topics"
         return TopicModel.load(folder)
 
-    def _topics(self, ctx: RunContext, plan: BudgetPlan) -> tuple[list[tuple[str, ...]],
+    def _topics(self, ctx: RunContext, plan: BudgetPlan) -> tuple[np.ndarray | None,
                                                                    list[float] | None]:
-        """Per-record condition keywords and the DP topic distribution (None without topics)."""
+        """Each record's nearest topic and the DP topic distribution (None without topics)."""
         if not self.uses_topics:
-            return [()] * ctx.private.n_records, None
-        model = self._topic_model()
-        assigned, noisy = dp_topic_histogram(ctx.embed_private(), model,
+            return None, None
+        assigned, noisy = dp_topic_histogram(ctx.embed_private(), self._topic_model(),
                                              plan.stage("topic_histogram").mechanism,
                                              ctx.ledger, ctx.noise)
-        return ([tuple(model.keywords[t]) for t in assigned],
-                to_distribution(noisy).tolist())
+        return assigned, to_distribution(noisy).tolist()
+
+    def _assigned_topics(self, ctx: RunContext) -> np.ndarray | None:
+        """The records' topics again on resume: private, so recomputed, never checkpointed."""
+        return self._topic_model().assign(ctx.embed_private()) if self.uses_topics else None
 
     def _labels(self, ctx: RunContext, plan: BudgetPlan) -> list[float] | None:
         if not ctx.private.has_labels:
@@ -134,9 +142,10 @@ class Ctcl(Recipe):
                                    counts, ctx.noise)
         return to_distribution(noisy).tolist()
 
-    def _train(self, ctx: RunContext, plan: BudgetPlan, keywords: list[tuple[str, ...]],
-               out: Path) -> None:
-        """DP-Adam on (condition → document) pairs; the trained weights are a DP release."""
+    def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict,
+               assigned: np.ndarray | None, out: Path) -> None:
+        """DP-Adam on (condition → document) pairs, checkpointed every `checkpoint_every`
+        steps; the trained weights are a DP release."""
         import torch
         from transformers import GPT2LMHeadModel
 
@@ -144,15 +153,18 @@ class Ctcl(Recipe):
         from dpsynth.backends.offline.generator import MAX_KEYWORDS
         from dpsynth.backends.offline.model import asset_dir, load_tokenizer
         from dpsynth.ops.dp_training import DpTraining, dp_finetune
+        from dpsynth.ops.training_state import TrainingCheckpoints
 
         p, private = self.params, ctx.private
         source = p.model or asset_dir()
         tokenizer = load_tokenizer(source)
         names = private.label_names
         codes = private.label_codes(Access.LEDGERED_OP) if names else None
+        table = state["topic_keywords"]
         texts = private.texts(Access.LOCAL_DP_TRAINING)
         sequences = [tokenizer.encode(fmt.document_sequence(fmt.Fields(
-            label=names[codes[i]] if names else None, keywords=keywords[i][:MAX_KEYWORDS]),
+            label=names[codes[i]] if names else None,
+            keywords=tuple(table[assigned[i]][:MAX_KEYWORDS]) if assigned is not None else ()),
             text)).ids for i, text in enumerate(texts)]
         stage = plan.stage("training")
         model = GPT2LMHeadModel.from_pretrained(source, dtype=torch.float32)
@@ -160,14 +172,19 @@ class Ctcl(Recipe):
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
                             learning_rate=p.learning_rate, max_length=p.max_length,
                             grad_sample_mode=p.grad_sample_mode)
+        checkpoints = TrainingCheckpoints(
+            ctx.checkpoints.folder / "training", p.checkpoint_every,
+            committed=lambda step: ctx.save(step, {**state, "trained_steps": step}),
+            resume_step=state["trained_steps"])
         eos = tokenizer.token_to_id(fmt.EOS)
         trained = dp_finetune(model, sequences, eos, config, ctx.ledger, "training",
                               lambda: stage.spec.release_event(stage.noise_scale),
-                              ctx.noise.random_key())
+                              ctx.noise.random_key, checkpoints)
         trained.save_pretrained(out)
         for extra in Path(source).iterdir():  # tokenizer and keyword table travel along
             if extra.suffix == ".json" and extra.name != "config.json":
                 shutil.copy(extra, out / extra.name)
+        shutil.rmtree(checkpoints.folder, ignore_errors=True)
 
     # -- generation (post-processing) --------------------------------------------------------
 

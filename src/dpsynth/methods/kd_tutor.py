@@ -24,7 +24,7 @@ from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.metadata import to_distribution
-from dpsynth.ops.pate import noisy_argmax, partition_units, teacher_votes, train_discriminator
+from dpsynth.ops.pate import label_within_budget, partition_units, train_discriminator
 from dpsynth.privacy.mechanisms import Gaussian, Laplace
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
@@ -143,26 +143,11 @@ class KdTutor(Recipe):
         p = self.params
         order = ranked[np.random.default_rng([ctx.seed, 1]).permutation(len(ranked))]
         order = order[: p.n_queries]
-        scale = plan.stage("student_queries").noise_scale
-        done: list[int] = []
-        labels: list[int] = []
-        while len(done) < len(order):
-            size = min(p.query_batch, len(order) - len(done))
-            mechanism = self._batch_mechanism(scale, size)
-            while size and ctx.ledger.would_spend(mechanism.event) > ctx.ledger.epsilon:
-                size //= 2
-                mechanism = self._batch_mechanism(scale, size) if size else mechanism
-            if size == 0:
-                break
-            batch = order[len(done): len(done) + size]
-            votes = teacher_votes(teachers, embeddings[batch])
-            labels += noisy_argmax(votes, mechanism, ctx.ledger, ctx.noise).tolist()
-            done += batch.tolist()
-        return np.asarray(done, dtype=np.int64), np.asarray(labels, dtype=np.int64)
-
-    def _batch_mechanism(self, scale: float, size: int) -> Gaussian | Laplace:
-        kind = Gaussian if self.params.noise == "gaussian" else Laplace
-        return kind(scale, 1.0, 2 * size)
+        kind = Gaussian if p.noise == "gaussian" else Laplace
+        labels = label_within_budget(teachers, embeddings[order], kind,
+                                     plan.stage("student_queries").noise_scale, p.query_batch,
+                                     ctx.ledger, ctx.noise)
+        return order[: len(labels)], labels
 
     def _student_scores(self, ctx: RunContext, queried: np.ndarray, labels: np.ndarray,
                         candidates: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from dpsynth.ops.training_state import TrainingCheckpoints
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.progress import track
 
@@ -67,39 +68,47 @@ def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,
 
 def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: int,
                 config: DpTraining, ledger: PrivacyLedger, stage: str,
-                step_event: Callable[[], object], noise_key: bytes,
+                step_event: Callable[[], object], next_key: Callable[[], bytes],
+                checkpoints: TrainingCheckpoints | None = None,
                 on_step: Callable[[int, float], None] | None = None) -> nn.Module:
     """Train `model` in place on the private token sequences; returns the trained module.
 
     `step_event()` is the ledger event of one step (from the budget plan); it is charged
     before each optimizer step, so a step over budget raises before its noise is drawn.
-    `noise_key` (from the run's `NoiseSource`, so secret unless the run is seeded) seeds the
-    generator of the batch sampling and the gradient noise. opacus' own CSPRNG needs
-    torchcsprng, which has no build for this torch; its generator is seeded from the key.
+    `next_key()` (the run's `NoiseSource.random_key`, so secret unless the run is seeded)
+    seeds the batch sampling and the gradient noise, afresh at the start and at every
+    checkpoint boundary. opacus' own CSPRNG needs torchcsprng, which has no build for this
+    torch; its generator is seeded from the key.
     """
     from opacus import PrivacyEngine
 
-    noise_generator = torch.Generator().manual_seed(int.from_bytes(noise_key[:8], "big") >> 1)
-    torch.manual_seed(int.from_bytes(noise_key[8:16], "big") >> 1)  # opacus' Poisson sampler
-    model.train()
     ids = pad_batch(sequences, config.max_length, pad_id)
     expected = max(1, round(config.sampling_rate * len(ids)))
-    loader = DataLoader(TensorDataset(ids), batch_size=expected)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
-    criterion = SequenceLoss(pad_id)
+    start = checkpoints.resume_step if checkpoints else 0
+    if start:
+        checkpoints.load(model, optimizer)
+    model.train()
+    noise_generator = torch.Generator()
     engine = PrivacyEngine(accountant="prv", secure_mode=False)
     wrapped = engine.make_private(
-        module=model, optimizer=optimizer, data_loader=loader, criterion=criterion,
-        noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
-        poisson_sampling=True, grad_sample_mode=config.grad_sample_mode,
-        noise_generator=noise_generator)
+        module=model, optimizer=optimizer,
+        data_loader=DataLoader(TensorDataset(ids), batch_size=expected),
+        criterion=SequenceLoss(pad_id), noise_multiplier=config.noise_multiplier,
+        max_grad_norm=config.max_grad_norm, poisson_sampling=True,
+        grad_sample_mode=config.grad_sample_mode, noise_generator=noise_generator)
     if config.grad_sample_mode == "ghost":
         private_model, dp_optimizer, criterion, dp_loader = wrapped
     else:
-        private_model, dp_optimizer, dp_loader = wrapped
+        (private_model, dp_optimizer, dp_loader), criterion = wrapped, SequenceLoss(pad_id)
     private_model.train()
-    batches = _forever(dp_loader)
-    for step in track(range(config.steps), "DP fine-tuning"):
+    every = checkpoints.every if checkpoints else config.steps
+    batches = None
+    for step in track(range(start, config.steps), "DP fine-tuning"):
+        if batches is None or step % every == 0:
+            if batches is not None and checkpoints:
+                checkpoints.save(step, model, optimizer)
+            batches = _reseeded(dp_loader, next_key(), noise_generator)
         (batch,) = next(batches)
         ledger.charge(stage, step_event(), mechanism="dp_sgd",
                       sensitivity=config.max_grad_norm, noise_scale=config.noise_multiplier)
@@ -117,7 +126,16 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
         dp_optimizer.zero_grad()
         if on_step is not None:
             on_step(step, float(loss))
-    return private_model._module if hasattr(private_model, "_module") else private_model
+    return model
+
+
+def _reseeded(loader: DataLoader, key: bytes, noise_generator: torch.Generator):
+    """Batches from a fresh iterator after reseeding the noise and the Poisson sampler (which
+    draws from torch's global generator): the stream depends on the key alone, so training
+    resumed at a boundary continues exactly as it would have."""
+    noise_generator.manual_seed(int.from_bytes(key[:8], "big") >> 1)
+    torch.manual_seed(int.from_bytes(key[8:16], "big") >> 1)
+    return _forever(loader)
 
 
 def _forever(loader: DataLoader):

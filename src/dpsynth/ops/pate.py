@@ -59,3 +59,23 @@ def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: Priva
                          f"the votes have {votes.size}")
     noisy = np.asarray(ledger.release(stage, mechanism, votes, noise))
     return np.argmax(noisy, axis=1)
+
+
+def label_within_budget(teachers: Sequence[LogisticRegression], queries: np.ndarray,
+                        mechanism: type[Gaussian] | type[Laplace], scale: float, batch: int,
+                        ledger: PrivacyLedger, noise: NoiseSource,
+                        stage: str = "student_queries") -> np.ndarray:
+    """Noisy teacher labels for `queries`, in order and batch by batch; a batch that would
+    exceed the budget is halved until it fits, and labelling stops when no query fits.
+    Returns the labels of the prefix of `queries` that was labelled."""
+    labels: list[int] = []
+    while len(labels) < len(queries):
+        size = min(batch, len(queries) - len(labels))
+        while size and ledger.would_spend(mechanism(scale, 1.0, 2 * size).event) > ledger.epsilon:
+            size //= 2
+        if size == 0:
+            break
+        votes = teacher_votes(teachers, queries[len(labels): len(labels) + size])
+        labels += noisy_argmax(votes, mechanism(scale, 1.0, 2 * size), ledger, noise,
+                               stage).tolist()
+    return np.asarray(labels, dtype=np.int64)
