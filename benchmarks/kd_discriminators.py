@@ -25,8 +25,12 @@ from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
 from dpsynth.data import PrivateDataset
 from dpsynth.evaluate import read_text_table
 from dpsynth.methods.kd_tutor import KdTutor, KdTutorParams
-from dpsynth.ops.pate import (label_within_budget, partition_units, teacher_votes,
-                              train_discriminator)
+from dpsynth.ops.pate import (
+    label_within_budget,
+    partition_units,
+    teacher_votes,
+    train_discriminator,
+)
 from dpsynth.privacy.config import default_delta
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Gaussian
