@@ -86,10 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     test_emb = embedder.encode(test.texts)
     producers: list[tuple[str, str, Callable[[int], Produced]]] = [
         ("real train (upper bound)", "no DP",
-         lambda seed: Produced(_sample(train, args.n_synthetic, seed), 0)),
-        ("generator, no private data (lower bound)", "0",
-         lambda seed: _lower_bound(train, args.n_synthetic, seed, args)),
-    ]
+         lambda seed: Produced(_sample(train, args.n_synthetic, seed), 0))]
+    if not args.no_lower_bound:
+        producers.append(("generator, no private data (lower bound)", "0",
+                          lambda seed: _lower_bound(train, args.n_synthetic, seed, args)))
     for recipe in filter(None, args.recipes.split(",")):
         for eps in args.epsilons.split(","):
             producers.append((recipe, eps, _recipe_runner(recipe, float(eps), data, args)))
@@ -267,6 +267,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
     parser.add_argument("--next-token-steps", type=int, default=200)
     parser.add_argument("--no-mauve", action="store_true")
+    parser.add_argument("--no-lower-bound", action="store_true",
+                        help="skip the generator-only row (when another table has it)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--tag", default="", help="suffix of the result files' names")
     parser.add_argument("--keep-runs", default="", help="keep every run folder under this "
