@@ -69,7 +69,7 @@ def main() -> None:
                 private, embedder.encode(parents), len(parents), 0)
         if step:
             history = recipe["history"][step - 1]
-            row["selected"] = sum(history["selected"].values())
+            row["selected"] = history["selected"]
             row["epsilon_spent"] = round(history["epsilon_spent"], 4)
         rows.append(row)
     synthetic = pd.read_csv(outputs.synthetic)

@@ -104,9 +104,13 @@ def train(args: argparse.Namespace) -> None:
     order = np.random.default_rng(args.seed).permutation(len(texts) * 8) % len(texts)
     began = time.perf_counter()
     model.train()
-    while step < args.max_steps and (time.perf_counter() - began) < 60 * args.max_minutes:
+    while True:  # the schedule follows steps or minutes, whichever runs out first
+        progress = max(step / args.max_steps,
+                       (seconds + time.perf_counter() - began) / (60 * args.max_minutes))
+        if progress >= 1:
+            break
         warm = min(1.0, (step + 1) / 100)
-        decay = max(0.1, 1 - max(0, step - 0.75 * args.max_steps) / (0.25 * args.max_steps))
+        decay = max(0.1, 1 - max(0.0, progress - 0.75) / 0.25)
         for group in opt.param_groups:
             group["lr"] = args.lr * warm * decay
         rows = order[step * args.batch : (step + 1) * args.batch]
@@ -117,7 +121,7 @@ def train(args: argparse.Namespace) -> None:
         opt.step()
         opt.zero_grad()
         step += 1
-        losses.append(float(loss))
+        losses.append(loss.item())
         if step % 50 == 0:
             print(f"step {step} loss {np.mean(losses[-50:]):.3f} "
                   f"{seconds + time.perf_counter() - began:.0f}s", flush=True)
@@ -169,7 +173,7 @@ def main() -> None:
     p.add_argument("--sentences", type=int, default=30_000)
     p.add_argument("--seed", type=int, default=20261121)
     t = sub.add_parser("train")
-    t.add_argument("--max-minutes", type=float, default=20.0)
+    t.add_argument("--max-minutes", type=float, default=20.0, help="in total, over resumes")
     t.add_argument("--max-steps", type=int, default=2_000)
     t.add_argument("--batch", type=int, default=32)
     t.add_argument("--lr", type=float, default=5e-4)

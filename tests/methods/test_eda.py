@@ -51,7 +51,10 @@ def test_eda_runs_spends_its_budget_and_leaks_nothing(tmp_path, tickets, decoder
     assert privacy["spent"]["epsilon"] <= 8.0
     if releases == PARAMS["iterations"]:  # ran to T: the plan fills the budget
         assert privacy["spent"]["epsilon"] > 7.8
-    assert any(sum(r["selected"].values()) for r in rows)
+    usage = json.loads((tmp_path / "out" / "usage.json").read_text())["generator"]
+    assert usage["outputs_generate"] == PARAMS["n_public"]  # = expected_generations
+    assert any(r["selected"] for r in rows)
+    assert all(r["selected"] == sum(r["selected_by_label"].values()) for r in rows)
     # private text never reaches the generator, a checkpoint, a metric or the output
     sent = "\n".join(generator.inputs)
     for text in tickets[0]:
@@ -70,7 +73,7 @@ def test_an_empty_selection_stops_the_loop(tmp_path, tickets, decoder_dir):
                   embedder=HashEmbedder(DIM), generator=RecordingGenerator())
     rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
     assert len(rows) == 1
-    assert sum(rows[0]["selected"].values()) == 0 and rows[0]["labels_running"] == 0
+    assert rows[0]["selected"] == 0 and rows[0]["labels_running"] == 0
     assert json.loads(outputs.privacy.read_text())["breakdown"]["selection"]["releases"] == 1
     # the fallback output decodes the public initial population
     assert outputs.result.texts

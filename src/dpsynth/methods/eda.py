@@ -124,22 +124,26 @@ class Eda(Recipe):
             picked = dp_select_parents(
                 private_emb[voters], None if private_codes is None else private_codes[voters],
                 emb, codes, mechanism, ctx.ledger, ctx.noise, ctx.private.records_per_unit)
-            row: dict[str, Any] = {"iteration": t + 1, "selected": {}, "kept": {}}
+            selected: dict[str, int] = {}
+            kept_by_label: dict[str, int] = {}
             for g in live:
                 offset = int(np.flatnonzero(codes == g)[0])
                 local = [i - offset for i in picked[g]]
                 kept, texts = self._readable(pops[g][local], state["threshold"])
-                row["selected"][_key(groups[g])] = len(local)
-                row["kept"][_key(groups[g])] = len(kept)
+                selected[_key(groups[g])] = len(local)
+                kept_by_label[_key(groups[g])] = len(kept)
                 if not kept:  # Alg. 1 lines 12-14 and 27-28: this label stops here
                     state["stopped"][g] = True
                     continue
                 parents = pops[g][local][kept]
                 state["models"][g] = estimate(parents, p.alpha, p.top_r).to_json()
                 state["parents"][g] = texts
-            row |= {"labels_running": sum(not s for s in state["stopped"]),
-                    "perplexity_threshold": state["threshold"],
-                    "epsilon_spent": ctx.ledger.spent()}
+            row = {"iteration": t + 1, "selected": sum(selected.values()),
+                   "kept": sum(kept_by_label.values()),
+                   "labels_running": sum(not s for s in state["stopped"]),
+                   "perplexity_threshold": state["threshold"],
+                   "epsilon_spent": ctx.ledger.spent(),
+                   "selected_by_label": selected, "kept_by_label": kept_by_label}
             state["history"].append(row)
             ctx.report(row)
             ctx.save(t + 1, state)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,9 @@ class InversionDecoder:
         out: list[str] = []
         for lo in range(0, len(emb), self.batch_size):
             x = torch.from_numpy(emb[lo : lo + self.batch_size])
-            with torch.inference_mode():
+            with torch.inference_mode(), warnings.catch_warnings():
+                # the n-gram ban covers only generated tokens: the prefix has none to repeat
+                warnings.filterwarnings("ignore", message=".*no_repeat_ngram_size.*")
                 head = self.model.lm.transformer.wte(torch.full((len(x), 1), start))
                 inputs = torch.cat([self.model.prefix(x), head], 1)
                 ids = self.model.lm.generate(
