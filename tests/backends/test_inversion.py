@@ -65,3 +65,29 @@ def test_decoder_refuses_another_embedder_and_other_lm_weights(folders, tmp_path
         InversionDecoder(copy)
     with pytest.raises(InputError, match="no inversion decoder"):
         InversionDecoder(tmp_path / "nowhere")
+
+
+def test_shipped_decoder_inverts_minilm_better_than_chance():
+    """The shipped decoder is weak (its model card: held-out cosine 0.31), but a text's
+    reconstruction must sit clearly closer to it than to other texts."""
+    from dpsynth.backends import build_embedder
+    from dpsynth.backends.config import EmbedderConfig
+
+    texts = ["The team won the championship game in overtime on Sunday night.",
+             "What is the capital city of Australia?",
+             "The president met foreign leaders to discuss the war.",
+             "She opened the door slowly and looked into the dark room.",
+             "The new smartphone has a faster processor and a larger screen.",
+             "The river flooded the village after days of heavy rain.",
+             "The church was built in the twelfth century by the local bishop.",
+             "The stock market fell sharply after the central bank raised interest rates."]
+    embedder = build_embedder(EmbedderConfig(name="minilm"))
+    with one_torch_thread():
+        decoder = InversionDecoder()
+        decoder.check_embedder(embedder)
+        emb = embedder.encode(texts)
+        back = embedder.encode(decoder.decode(emb))
+    sims = back @ emb.T
+    own = np.trace(sims) / len(texts)
+    other = (sims.sum() - np.trace(sims)) / (sims.size - len(texts))
+    assert own > other + 0.15
