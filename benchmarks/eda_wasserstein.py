@@ -64,9 +64,8 @@ def main() -> None:
         row = {"iteration": step,
                "parents": len(parents),
                "w1_population_n500": wasserstein_distance(private, population, 500, 0)}
-        if parents:
-            row[f"w1_parents_n{len(parents)}"] = wasserstein_distance(
-                private, embedder.encode(parents), len(parents), 0)
+        row["w1_parents_n=parents"] = (wasserstein_distance(
+            private, embedder.encode(parents), len(parents), 0) if parents else float("nan"))
         if step:
             history = recipe["history"][step - 1]
             row["selected"] = history["selected"]
