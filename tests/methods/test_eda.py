@@ -149,3 +149,17 @@ def test_one_parent_gives_a_point_mass():
     model = estimate(np.array([[0.6, 0.8]]), 0.1, 10)
     np.testing.assert_allclose(model.mean, [0.6, 0.8])
     np.testing.assert_allclose(model.std, [0.0, 0.0])
+
+
+def test_unlabelled_data_gives_an_unlabelled_set(tmp_path, tickets, decoder_dir):
+    texts, _ = tickets
+    pd.DataFrame({"text": texts}).to_csv(tmp_path / "private.csv", index=False)
+    raw = {"data": {"path": "private.csv"}, "budget": {"epsilon": 4.0},
+           "recipe": {"name": "eda", "params": {**PARAMS, "n_offspring": 15, "domain_size": 40,
+                                                "decoder": str(decoder_dir)}},
+           "output": {"dir": str(tmp_path / "out")}, "seed": 3}
+    outputs = run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(DIM),
+                  generator=RecordingGenerator())
+    assert outputs.result.labels is None and outputs.result.texts
+    rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
+    assert rows[0]["selected_by_label"] == {"": PARAMS["n_parents"]}
