@@ -103,8 +103,7 @@ class Eda(Recipe):
         groups: list[str | None] = list(labels) if labels else [None]
         private_emb = ctx.embed_private()
         private_codes = ctx.private.label_codes(Access.LEDGERED_OP) if labels else None
-        uniform = np.full(len(groups), 1.0 / len(groups))
-        pop_sizes = allocate(p.n_offspring, uniform)
+        pop_sizes = _even(p.n_offspring, len(groups))
 
         if ctx.resumed is None:
             state = self._initial(ctx, groups)
@@ -128,16 +127,9 @@ class Eda(Recipe):
             kept_by_label: dict[str, int] = {}
             for g in live:
                 offset = int(np.flatnonzero(codes == g)[0])
-                local = [i - offset for i in picked[g]]
-                kept, texts = self._readable(pops[g][local], state["threshold"])
-                selected[_key(groups[g])] = len(local)
-                kept_by_label[_key(groups[g])] = len(kept)
-                if not kept:  # Alg. 1 lines 12-14 and 27-28: this label stops here
-                    state["stopped"][g] = True
-                    continue
-                parents = pops[g][local][kept]
-                state["models"][g] = estimate(parents, p.alpha, p.top_r).to_json()
-                state["parents"][g] = texts
+                chosen = pops[g][[i - offset for i in picked[g]]]
+                selected[_key(groups[g])] = len(chosen)
+                kept_by_label[_key(groups[g])] = self._next_generation(state, g, chosen)
             row = {"iteration": t + 1, "selected": sum(selected.values()),
                    "kept": sum(kept_by_label.values()),
                    "labels_running": sum(not s for s in state["stopped"]),
@@ -154,7 +146,7 @@ class Eda(Recipe):
     def _initial(self, ctx: RunContext, groups: list[str | None]) -> dict[str, Any]:
         """N_pb public texts written from the label names alone; H from their decodings."""
         p = self.params
-        sizes = allocate(p.n_public, np.full(len(groups), 1.0 / len(groups)))
+        sizes = _even(p.n_public, len(groups))
         conditions = [Condition(label=g, length=p.text_words)
                       for g, n in zip(groups, sizes, strict=True) for _ in range(int(n))]
         texts, owners = keep_produced(ctx.generator.generate(conditions),
@@ -169,6 +161,19 @@ class Eda(Recipe):
         return {"public": public, "threshold": threshold, "models": [None] * len(groups),
                 "parents": [[] for _ in groups], "stopped": [not t for t in public],
                 "history": []}
+
+    def _next_generation(self, state: dict[str, Any], g: int, chosen: np.ndarray) -> int:
+        """Filter label `g`'s selected parents by readability and fit Alg. 2's Gaussian on
+        those kept; a label with none left stops (Alg. 1 lines 12-14, 27-28). Returns how
+        many were kept."""
+        kept, texts = self._readable(chosen, state["threshold"])
+        if not kept:
+            state["stopped"][g] = True
+            return 0
+        state["models"][g] = estimate(chosen[kept], self.params.alpha,
+                                      self.params.top_r).to_json()
+        state["parents"][g] = texts
+        return len(kept)
 
     def _population(self, ctx: RunContext, state: dict[str, Any], g: int, t: int,
                     size: int) -> np.ndarray:
@@ -195,7 +200,7 @@ class Eda(Recipe):
                 groups: list[str | None]) -> SyntheticSet:
         """Each label's last S_syn, topped up with readable decodings of draws from its last
         Gaussian; a label never selected from falls back to decodings of its public texts."""
-        quotas = allocate(self.params.n_output, np.full(len(groups), 1.0 / len(groups)))
+        quotas = _even(self.params.n_output, len(groups))
         texts: list[str] = []
         labels: list[str | None] = []
         for g, quota in enumerate(quotas):
@@ -207,6 +212,11 @@ class Eda(Recipe):
             texts += chosen
             labels += [groups[g]] * len(chosen)
         return SyntheticSet(texts, labels if groups != [None] else None)
+
+
+def _even(n: int, parts: int) -> np.ndarray:
+    """`n` split over `parts` labels as evenly as integers allow (a public choice)."""
+    return allocate(n, np.full(parts, 1.0 / parts))
 
 
 def _key(label: str | None) -> str:
