@@ -10,30 +10,16 @@ embedded with the bundled MiniLM, clustered, each topic named by 10 c-TF-IDF key
 from __future__ import annotations
 
 import argparse
-import random
 import time
 from pathlib import Path
 
 from dpsynth.backends import build_embedder
 from dpsynth.backends.config import EmbedderConfig
+from dpsynth.data.public_text import PUBLIC_SOURCES, public_paragraphs
 from dpsynth.ops.topics import build_topic_model
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src/dpsynth/assets/topics"
-SOURCES = ("wikipedia_en", "wikinews_en", "gutenberg")
-
-
-def public_paragraphs(shared: Path, n: int, seed: int, min_words: int = 20) -> list[str]:
-    """A seeded sample of `n` paragraphs of at least `min_words` words, spread over sources."""
-    rng = random.Random(seed)
-    per_source = n // len(SOURCES)
-    out = []
-    for source in SOURCES:
-        lines = [line.strip() for part in sorted((shared / "public" / source).glob("*.txt"))
-                 for line in part.read_text(encoding="utf-8").splitlines()
-                 if len(line.split()) >= min_words]
-        out += rng.sample(lines, min(per_source, len(lines)))
-    return out
 
 
 def main() -> None:
@@ -49,7 +35,7 @@ def main() -> None:
     embeddings = build_embedder(EmbedderConfig(name="minilm", batch_size=128)).encode(
         [" ".join(t.split()[:200]) for t in texts])
     model = build_topic_model(texts, embeddings, args.topics, args.seed)
-    model.meta.update({"sources": list(SOURCES), "paragraphs": len(texts),
+    model.meta.update({"sources": list(PUBLIC_SOURCES), "paragraphs": len(texts),
                        "command": "python scripts/build_topic_model.py "
                                   f"--paragraphs {args.paragraphs} --topics {args.topics} "
                                   f"--seed {args.seed}",

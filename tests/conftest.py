@@ -18,6 +18,23 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def tiny_inversion(tmp_path_factory) -> tuple[Path, Path]:
+    """(tiny LM folder, tiny inversion decoder folder over it) for 32-d HashEmbedder
+    embeddings, built once per session."""
+    from tests.tiny_lm import (
+        INVERSION_DIM,
+        build_tiny_inversion,
+        build_tiny_lm,
+        one_torch_thread,
+    )
+
+    with one_torch_thread():
+        lm = build_tiny_lm(tmp_path_factory.mktemp("inversion_lm"))
+        return lm, build_tiny_inversion(tmp_path_factory.mktemp("inversion"), lm,
+                                        INVERSION_DIM, steps=60, n_texts=16)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dpsynth_logger():
     """The CLI routes the `dpsynth` logger to its own handlers; give each test a clean one so

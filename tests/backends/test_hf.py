@@ -137,3 +137,15 @@ def test_loopback_server_backed_by_a_local_model(causal_dir):
         over_http = remote.generate(conds)
     assert over_http == local.generate(conds)
     assert "billing" in server.user_prompts()[0] + server.user_prompts()[1]
+
+
+def test_scores_do_not_depend_on_batching_and_need_a_causal_lm(causal_dir, seq2seq_dir):
+    from dpsynth.backends.base import BackendError
+
+    prompts = ["my invoice is", "the router drops the connection and", "please"]
+    conts = ["wrong", "the parcel arrived late", "reset my password"]
+    one = build_generator(hf_config(causal_dir, batch_size=1)).score(prompts, conts)
+    many = build_generator(hf_config(causal_dir, batch_size=3)).score(prompts, conts)
+    assert one == pytest.approx(many, abs=1e-4) and (one < 0).all()
+    with pytest.raises(BackendError, match="seq2seq"):
+        build_generator(hf_config(seq2seq_dir)).score(prompts, conts)

@@ -88,6 +88,13 @@ class Generator(ABC):
         """Counters for the report: calls, tokens, failures, estimated cost (where known)."""
         return {}
 
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """Summed log-probability of each continuation right after its prompt (in-context
+        classification scores candidate labels this way). Only backends that hold their
+        model's token probabilities offer it; the others raise `BackendError`."""
+        raise BackendError(f"{type(self).__name__} cannot score continuations (no token "
+                           "log-probabilities); use the offline or hf generator")
+
     @abstractmethod
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
         """A new text for each condition."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from dpsynth.backends.base import FAILED, Condition, Generator
 
 
@@ -31,6 +33,9 @@ class CountingGenerator(Generator):
     def usage(self) -> dict[str, float]:
         return {**self.inner.usage(), **{f"outputs_{op}": n for op, n in self.outputs.items()},
                 "outputs": sum(self.outputs.values()), "outputs_failed": self.failed}
+
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        return self.inner.score(prompts, continuations)
 
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
         return self._count("generate", self.inner.generate(conditions))

@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from dpsynth.backends.base import BackendError
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.prompt_sets import ChatPrompt, PromptSet
 from dpsynth.backends.prompted import PromptedGenerator
@@ -90,6 +93,25 @@ class HFGenerator(PromptedGenerator):
         for start in track(starts, "generating", total=len(starts)):
             out += self._sample(texts[start : start + size])
         return out
+
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """Summed log-probability of each continuation after its prompt (plain text, no chat
+        template), for causal models."""
+        from dpsynth.backends.scoring import continuation_logprobs
+
+        if self.seq2seq:
+            raise BackendError(f"{self.model_path}: scoring continuations needs a causal LM, "
+                               "this one is seq2seq")
+        if len(prompts) != len(continuations):
+            raise InputError(f"score: {len(prompts)} prompts but {len(continuations)} "
+                             "continuations")
+        encode = self.tokenizer.encode
+        rows = [(encode(p), encode(" " + c.strip(), add_special_tokens=False))
+                for p, c in zip(prompts, continuations, strict=True)]
+        context = int(getattr(self.model.config, "n_positions", 0)
+                      or getattr(self.model.config, "max_position_embeddings", 1024))
+        return continuation_logprobs(self.model, rows, self.tokenizer.pad_token_id, context,
+                                     self.cfg.batch_size)
 
     def _sample(self, texts: list[str]) -> list[str]:
         torch = self._torch

@@ -8,11 +8,13 @@ from dpsynth.methods.base import Recipe
 from dpsynth.methods.ctcl import Ctcl
 from dpsynth.methods.dpft import DpFinetune
 from dpsynth.methods.dpga import Dpga
+from dpsynth.methods.eda import Eda
 from dpsynth.methods.kd_tutor import KdTutor
 from dpsynth.methods.pe import PrivateEvolution
 
 RECIPES: dict[str, type[Recipe]] = {"ctcl": Ctcl, "dpft": DpFinetune, "dpga": Dpga,
-                                     "kd_tutor": KdTutor, "pe": PrivateEvolution}
+                                     "eda": Eda, "kd_tutor": KdTutor,
+                                     "pe": PrivateEvolution}
 
 
 def build_recipe(cfg: RecipeConfig, split: dict[str, float] | None = None) -> Recipe:

@@ -9,6 +9,7 @@ from dpsynth.privacy.calibration import (
 from dpsynth.privacy.ledger import Charge, PrivacyLedger
 from dpsynth.privacy.mechanisms import (
     AboveThreshold,
+    Disjoint,
     ExponentialTopK,
     Gaussian,
     Laplace,
@@ -32,6 +33,7 @@ __all__ = [
     "AboveThreshold",
     "BudgetPlan",
     "Charge",
+    "Disjoint",
     "ExponentialTopK",
     "Gaussian",
     "Laplace",

@@ -392,6 +392,34 @@ class LimitedDomainTopK(Mechanism):
 
 
 @dataclass(frozen=True)
+class Disjoint(Mechanism):
+    """One mechanism run on each of several histograms built from disjoint parts of the data
+    (a record's label decides its part). Adding or removing one unit changes one part only, so
+    the releases compose in parallel: the event is the inner mechanism's, once."""
+
+    inner: Mechanism
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return f"disjoint_{self.inner.kind}"
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        return self.inner.event
+
+    @property
+    def sensitivity(self) -> float:
+        return self.inner.sensitivity
+
+    @property
+    def noise_scale(self) -> float:
+        return self.inner.noise_scale
+
+    def _release(self, values: Sequence[Any], noise: NoiseSource) -> list[Any]:
+        return [self.inner._release(part, noise) for part in values]
+
+
+@dataclass(frozen=True)
 class NoisyMean(Mechanism):
     """ε-DP mean of per-unit values clipped to [lower, upper]: a noisy centred sum over a
     noisy count, both discrete Laplace; the scale b is set so the two together spend ε."""

@@ -304,6 +304,20 @@ class OfflineGenerator(Generator):
         nll, count = self._nll(texts, fields)
         return np.exp(nll / np.maximum(count, 1))
 
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """Summed log-probability of each continuation after its prompt, both read as the
+        body of a document with no condition."""
+        from dpsynth.backends.scoring import continuation_logprobs
+
+        if len(prompts) != len(continuations):
+            raise InputError(f"score: {len(prompts)} prompts but {len(continuations)} "
+                             "continuations")
+        head = self._encode(fmt.generation_prompt(fmt.Fields()))
+        rows = [(head + self._encode(" " + fmt.clean(p)), self._encode(" " + fmt.clean(c)))
+                for p, c in zip(prompts, continuations, strict=True)]
+        return continuation_logprobs(self.model, rows, self.classes.eos, self.context,
+                                     self.batch_size)
+
     def token_perplexity(self, texts: Sequence[str],
                          fields: Sequence[fmt.Fields] | None = None) -> float:
         """Perplexity of a corpus: exp of the mean negative log-likelihood per token."""

@@ -1,0 +1,200 @@
+"""Embedding → text inversion (embedding-eda §3.1 "Preparation"), trained on public text only.
+
+A sentence embedding is projected by a small MLP into `prefix_length` vectors that stand in
+front of the offline public LM's `<|text|>` token; the LM, initialised from the shipped public
+LM, then writes the text back. Its token embedding and output head stay frozen and are shared
+with the public LM by reference (the folder stores the projection and the transformer blocks
+only, and the SHA-256 of the public LM weights it was trained on), so the shipped folder is
+small. Decoding is greedy, hence deterministic: the same embedding always gives the same text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpsynth.backends.base import Embedder
+from dpsynth.backends.offline import format as fmt
+from dpsynth.backends.offline.model import asset_dir, load_tokenizer
+from dpsynth.errors import InputError
+
+CONFIG_FILE = "inversion.json"
+WEIGHTS_FILE = "inversion.safetensors"
+SHIPPED_BASE = "public_lm"
+"""`base_lm` value naming the public LM shipped in the package."""
+FROZEN = ("lm.transformer.wte.weight", "lm.lm_head.weight")
+"""Parameters shared with the public LM by reference: neither trained nor stored."""
+
+
+def inversion_dir() -> Path:
+    """The decoder folder shipped inside the package."""
+    return Path(__file__).resolve().parents[2] / "assets" / "inversion"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class InversionSpec:
+    """What a decoder folder's `inversion.json` records."""
+
+    embedding_dim: int
+    base_lm: str = SHIPPED_BASE
+    base_sha256: str = ""
+    prefix_length: int = 4
+    hidden: int = 1024
+    max_tokens: int = 48
+    embedder: dict[str, Any] = field(default_factory=dict)
+    """The identity of the embedder it was trained on (checked against the run's)."""
+
+    def base_dir(self, folder: Path | None = None) -> Path:
+        if self.base_lm == SHIPPED_BASE:
+            return asset_dir()
+        base = Path(self.base_lm)
+        return base if base.is_absolute() or folder is None else folder / base
+
+
+def _torch_model(spec: InversionSpec, base_dir: Path):
+    """The trainable module: projection + public LM (frozen embeddings and head)."""
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    class InversionModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = GPT2LMHeadModel.from_pretrained(base_dir, dtype=torch.float32)
+            width = int(self.lm.config.n_embd)
+            self.width = width
+            self.project = torch.nn.Sequential(
+                torch.nn.Linear(spec.embedding_dim, spec.hidden), torch.nn.GELU(),
+                torch.nn.Linear(spec.hidden, spec.prefix_length * width))
+            for name, param in self.named_parameters():
+                param.requires_grad_(name not in FROZEN)
+
+        def prefix(self, embeddings: torch.Tensor) -> torch.Tensor:
+            return self.project(embeddings).view(len(embeddings), spec.prefix_length,
+                                                 self.width)
+
+        def loss(self, embeddings: torch.Tensor, ids: torch.Tensor,
+                 mask: torch.Tensor) -> torch.Tensor:
+            """Mean token loss of `ids` (`<|text|>` text `<|endoftext|>`, right-padded)
+            after the embedding's prefix; the `<|text|>` token itself is not predicted."""
+            b, p = len(ids), spec.prefix_length
+            inputs = torch.cat([self.prefix(embeddings), self.lm.transformer.wte(ids)], 1)
+            attention = torch.cat([torch.ones(b, p, dtype=mask.dtype), mask], 1)
+            labels = torch.where(mask.bool(), ids, -100)
+            labels[:, 0] = -100
+            labels = torch.cat([torch.full((b, p), -100, dtype=ids.dtype), labels], 1)
+            return self.lm(inputs_embeds=inputs, attention_mask=attention, labels=labels).loss
+
+    return InversionModel()
+
+
+class InversionDecoder:
+    """Maps embeddings of `spec.embedding_dim` dimensions back to text."""
+
+    def __init__(self, folder: str | Path | None = None, *, batch_size: int = 64) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.folder = Path(folder) if folder is not None else inversion_dir()
+        config = self.folder / CONFIG_FILE
+        if not config.is_file():
+            raise InputError(f"decoder: {self.folder} holds no inversion decoder ({CONFIG_FILE} "
+                             "missing); train one with scripts/train_inversion_decoder.py")
+        self.spec = InversionSpec(**json.loads(config.read_text(encoding="utf-8")))
+        self.base_dir = self.spec.base_dir(self.folder)
+        weights = self.base_dir / "model.safetensors"
+        if not weights.is_file():
+            raise InputError(f"decoder: its public LM {self.base_dir} is missing")
+        if self.spec.base_sha256 and file_sha256(weights) != self.spec.base_sha256:
+            raise InputError(f"decoder: {self.folder} was trained on other public LM weights "
+                             f"than {weights} (SHA-256 differs); retrain it")
+        self.batch_size = batch_size
+        self.model = load_model(self.folder, self.spec, self.base_dir).eval()
+        self.tokenizer = load_tokenizer(self.base_dir)
+
+    @property
+    def dim(self) -> int:
+        return self.spec.embedding_dim
+
+    def check_embedder(self, embedder: Embedder) -> None:
+        """Refuse an embedder other than the one the decoder learned to invert."""
+        if embedder.dim != self.dim:
+            raise InputError(f"decoder: {self.folder} inverts {self.dim}-d embeddings, the "
+                             f"embedder gives {embedder.dim}-d ({embedder.identity()})")
+        want = self.spec.embedder.get("model")
+        have = embedder.identity().get("model")
+        if want and have and want != have:
+            raise InputError(f"decoder: {self.folder} was trained on embedder {want!r}, the "
+                             f"run uses {have!r}")
+
+    def decode(self, embeddings: np.ndarray) -> list[str]:
+        """One text per embedding row (greedy, so deterministic)."""
+        import torch
+
+        emb = np.asarray(embeddings, dtype=np.float32)
+        if emb.ndim != 2 or emb.shape[1] != self.dim:
+            raise ValueError(f"embeddings: need shape (n, {self.dim}), got {emb.shape}")
+        eos = self.tokenizer.token_to_id(fmt.EOS)
+        start = self.tokenizer.token_to_id(fmt.TEXT)
+        banned = [[self.tokenizer.token_to_id(t)] for t in fmt.SPECIAL_TOKENS if t != fmt.EOS]
+        out: list[str] = []
+        for lo in range(0, len(emb), self.batch_size):
+            x = torch.from_numpy(emb[lo : lo + self.batch_size])
+            with torch.inference_mode(), warnings.catch_warnings():
+                # the n-gram ban covers only generated tokens: the prefix has none to repeat
+                warnings.filterwarnings("ignore", message=".*no_repeat_ngram_size.*")
+                head = self.model.lm.transformer.wte(torch.full((len(x), 1), start))
+                inputs = torch.cat([self.model.prefix(x), head], 1)
+                ids = self.model.lm.generate(
+                    inputs_embeds=inputs, attention_mask=torch.ones(inputs.shape[:2],
+                                                                    dtype=torch.long),
+                    max_new_tokens=self.spec.max_tokens, do_sample=False,
+                    no_repeat_ngram_size=3, bad_words_ids=banned, eos_token_id=eos,
+                    pad_token_id=eos)
+            for row in ids.tolist():
+                row = row[: row.index(eos)] if eos in row else row
+                out.append(fmt.clean(self.tokenizer.decode(row)))
+        return out
+
+
+def new_model(spec: InversionSpec, base_dir: Path):
+    """A decoder to train: projection at random, LM from `base_dir`."""
+    return _torch_model(spec, base_dir)
+
+
+def load_model(folder: Path, spec: InversionSpec, base_dir: Path):
+    """The trained module: public LM weights, then the folder's projection and blocks."""
+    from safetensors.torch import load_file
+
+    model = _torch_model(spec, base_dir)
+    stored = {k: v.float() for k, v in load_file(str(folder / WEIGHTS_FILE)).items()}
+    missing, unexpected = model.load_state_dict(stored, strict=False)
+    if unexpected or set(missing) - set(FROZEN):
+        raise InputError(f"decoder: {folder / WEIGHTS_FILE} does not match its config "
+                         f"(missing {sorted(set(missing) - set(FROZEN))[:3]}, unexpected "
+                         f"{sorted(unexpected)[:3]})")
+    return model
+
+
+def save_model(model, spec: InversionSpec, folder: Path) -> None:
+    """Write the trained parameters (float16, frozen ones left out) and the config."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().half().contiguous() for k, v in model.state_dict().items()
+             if k not in FROZEN}
+    save_file(state, str(folder / WEIGHTS_FILE))
+    (folder / CONFIG_FILE).write_text(json.dumps(asdict(spec), indent=2) + "\n",
+                                      encoding="utf-8")

@@ -1,0 +1,223 @@
+"""Embedding-EDA (seeds/embedding-eda.md): a population of embeddings evolved towards the
+private data, decoded to text by an inversion decoder trained on public text.
+
+    E_pop = embeddings of N_pb public texts (written by the generator from the label names)
+    repeat T:  hist = private nearest-neighbour votes over E_pop             (Alg. 1, 5-9)
+               parents = LimitedDomain(hist, K, k); stop when empty          (Alg. 3)
+               S_syn = decoded parents with perplexity < H                    (Alg. 1, 15-22)
+               E_pop = N_cld draws of the EDA Gaussian of the kept parents    (Alg. 2)
+    output S_syn, topped up with decoded, filtered draws of the last Gaussian
+
+Per label: a private record votes only among its own label's population, each label has its
+own parents and Gaussian, and the labels' selections compose in parallel (one charge per
+iteration). N_pb, N_cld and the output size are split evenly over the labels.
+
+Everything kept between iterations is public: the Gaussian (from DP-selected parents), the
+decoded parents, and the seed of the public randomness that draws each population, so a
+checkpoint holds a few numbers per label rather than N_cld embeddings.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dpsynth.backends.base import Condition
+from dpsynth.data import Access, PrivateDataset
+from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.conditions import allocate, keep_produced
+from dpsynth.ops.eda import GaussianModel, estimate
+from dpsynth.ops.limited_domain import dp_select_parents, with_domain
+from dpsynth.privacy.planning import StageSpec
+
+
+class EdaParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    iterations: int = Field(5, ge=1, description="T, at most; the budget is split over T")
+    n_public: int = Field(1_000, ge=1, description="N_pb: initial public texts, all labels")
+    n_offspring: int = Field(3_000, ge=1, description="N_cld: population per iteration, all "
+                             "labels")
+    domain_size: int = Field(300, ge=1, description="K, per label")
+    n_parents: int = Field(30, ge=1, description="k = N_par, per label")
+    alpha: float = Field(0.1, ge=0, le=1, description="EDA smoothing")
+    top_r: int = Field(10, ge=1, description="R: parents whose spread enters σ̂")
+    perplexity_threshold: float | None = Field(
+        None, gt=0, description="H; when omitted, the `perplexity_quantile` of the decoded "
+        "initial (public) population")
+    perplexity_quantile: float = Field(0.9, gt=0, le=1)
+    delta_share: float = Field(0.5, gt=0, lt=1, description="share of δ spent by the "
+                               "LimitedDomain bars (T·δ₀); the rest is the PLD's")
+    text_words: int = Field(20, ge=1, description="length of the generator-written initial "
+                            "texts")
+    n_output: int = Field(1_000, ge=1, description="synthetic texts, all labels")
+    decoder: str | None = Field(None, description="inversion decoder folder; the shipped one "
+                                "when omitted")
+
+    @model_validator(mode="after")
+    def _check(self) -> EdaParams:
+        if self.n_parents > self.domain_size:
+            raise ValueError(f"n_parents={self.n_parents} exceeds domain_size="
+                             f"{self.domain_size}")
+        return self
+
+
+class Eda(Recipe):
+    name: ClassVar[str] = "eda"
+    Params: ClassVar[type[BaseModel]] = EdaParams
+    params: EdaParams
+
+    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+        """One LimitedDomain selection per iteration; each spends δ₀ outside the PLD."""
+        p = self.params
+        return [StageSpec("selection", "limited_domain", 1.0, compositions=p.iterations,
+                          selections=p.n_parents,
+                          delta=p.delta_share * delta / p.iterations)]
+
+    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+        return {"generate": self.params.n_public}
+
+    @cached_property
+    def _decoder(self):
+        from dpsynth.backends.offline.inversion import InversionDecoder
+
+        return InversionDecoder(Path(self.params.decoder) if self.params.decoder else None)
+
+    @cached_property
+    def _scorer(self):
+        """The decoder's public LM, as the perplexity model of the readability filter."""
+        from dpsynth.backends.offline.generator import OfflineGenerator
+
+        return OfflineGenerator(self._decoder.base_dir, seed=0)
+
+    def run(self, ctx: RunContext) -> SyntheticSet:
+        p = self.params
+        self._decoder.check_embedder(ctx.embedder)
+        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        mechanism = with_domain(plan.stage("selection").mechanism, p.domain_size)
+        labels = ctx.private.label_names
+        groups: list[str | None] = list(labels) if labels else [None]
+        private_emb = ctx.embed_private()
+        private_codes = ctx.private.label_codes(Access.LEDGERED_OP) if labels else None
+        pop_sizes = _even(p.n_offspring, len(groups))
+
+        if ctx.resumed is None:
+            state = self._initial(ctx, groups)
+            ctx.save(0, state)
+        else:
+            state = ctx.resumed[1]
+        start = len(state["history"])
+        for t in range(start, p.iterations):
+            live = [g for g in range(len(groups)) if not state["stopped"][g]]
+            if not live:
+                break
+            pops = {g: self._population(ctx, state, g, t, int(pop_sizes[g])) for g in live}
+            emb = np.concatenate([pops[g] for g in live])
+            codes = np.concatenate([np.full(len(pops[g]), g) for g in live])
+            voters = (np.ones(len(private_emb), dtype=bool) if private_codes is None
+                      else np.isin(private_codes, live))
+            picked = dp_select_parents(
+                private_emb[voters], None if private_codes is None else private_codes[voters],
+                emb, codes, mechanism, ctx.ledger, ctx.noise, ctx.private.records_per_unit)
+            selected: dict[str, int] = {}
+            kept_by_label: dict[str, int] = {}
+            for g in live:
+                offset = int(np.flatnonzero(codes == g)[0])
+                chosen = pops[g][[i - offset for i in picked[g]]]
+                selected[_key(groups[g])] = len(chosen)
+                kept_by_label[_key(groups[g])] = self._next_generation(state, g, chosen)
+            row = {"iteration": t + 1, "selected": sum(selected.values()),
+                   "kept": sum(kept_by_label.values()),
+                   "labels_running": sum(not s for s in state["stopped"]),
+                   "perplexity_threshold": state["threshold"],
+                   "epsilon_spent": ctx.ledger.spent(),
+                   "selected_by_label": selected, "kept_by_label": kept_by_label}
+            state["history"].append(row)
+            ctx.report(row)
+            ctx.save(t + 1, state)
+        return self._output(ctx, state, groups)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _initial(self, ctx: RunContext, groups: list[str | None]) -> dict[str, Any]:
+        """N_pb public texts written from the label names alone; H from their decodings."""
+        p = self.params
+        sizes = _even(p.n_public, len(groups))
+        conditions = [Condition(label=g, length=p.text_words)
+                      for g, n in zip(groups, sizes, strict=True) for _ in range(int(n))]
+        texts, owners = keep_produced(ctx.generator.generate(conditions),
+                                      [c.label for c in conditions])
+        public = [[t for t, y in zip(texts, owners, strict=True) if y == g] for g in groups]
+        threshold = p.perplexity_threshold
+        if threshold is None:
+            decoded = self._decoder.decode(ctx.embed_public(texts)) if texts else []
+            scores = self._scorer.perplexity(decoded)
+            threshold = float(np.quantile(scores, p.perplexity_quantile)) if len(scores) \
+                else float("inf")
+        return {"public": public, "threshold": threshold, "models": [None] * len(groups),
+                "parents": [[] for _ in groups], "stopped": [not t for t in public],
+                "history": []}
+
+    def _next_generation(self, state: dict[str, Any], g: int, chosen: np.ndarray) -> int:
+        """Filter label `g`'s selected parents by readability and fit Alg. 2's Gaussian on
+        those kept; a label with none left stops (Alg. 1 lines 12-14, 27-28). Returns how
+        many were kept."""
+        kept, texts = self._readable(chosen, state["threshold"])
+        if not kept:
+            state["stopped"][g] = True
+            return 0
+        state["models"][g] = estimate(chosen[kept], self.params.alpha,
+                                      self.params.top_r).to_json()
+        state["parents"][g] = texts
+        return len(kept)
+
+    def _population(self, ctx: RunContext, state: dict[str, Any], g: int, t: int,
+                    size: int) -> np.ndarray:
+        """E_pop of label `g` at iteration `t`: the public texts' embeddings until a first
+        Gaussian exists, then `size` draws from it (seeded by run, iteration and label)."""
+        model = state["models"][g]
+        if model is None:
+            return ctx.embed_public(state["public"][g])
+        rng = np.random.default_rng([ctx.seed, t, g])
+        return GaussianModel.from_json(model).sample(size, rng)
+
+    def _readable(self, embeddings: np.ndarray, threshold: float) -> tuple[list[int], list[str]]:
+        """Indices and decoded texts of the embeddings whose decoding passes the perplexity
+        filter (Alg. 1 lines 16-22), in their given order."""
+        if not len(embeddings):
+            return [], []
+        texts = self._decoder.decode(embeddings)
+        scores = self._scorer.perplexity(texts)
+        kept = [i for i, (t, s) in enumerate(zip(texts, scores, strict=True))
+                if t and s <= threshold]
+        return kept, [texts[i] for i in kept]
+
+    def _output(self, ctx: RunContext, state: dict[str, Any],
+                groups: list[str | None]) -> SyntheticSet:
+        """Each label's last S_syn, topped up with readable decodings of draws from its last
+        Gaussian; a label never selected from falls back to decodings of its public texts."""
+        quotas = _even(self.params.n_output, len(groups))
+        texts: list[str] = []
+        labels: list[str | None] = []
+        for g, quota in enumerate(quotas):
+            chosen = list(state["parents"][g])[: int(quota)]
+            need = int(quota) - len(chosen)
+            if need > 0:
+                pool = self._population(ctx, state, g, self.params.iterations, 2 * need)
+                chosen += self._readable(pool[: 2 * need], state["threshold"])[1][:need]
+            texts += chosen
+            labels += [groups[g]] * len(chosen)
+        return SyntheticSet(texts, labels if groups != [None] else None)
+
+
+def _even(n: int, parts: int) -> np.ndarray:
+    """`n` split over `parts` labels as evenly as integers allow (a public choice)."""
+    return allocate(n, np.full(parts, 1.0 / parts))
+
+
+def _key(label: str | None) -> str:
+    return label if label is not None else ""

@@ -1,0 +1,93 @@
+"""The inversion decoder on a tiny LM: storage by reference, deterministic decoding, what it
+learns, and the refusals."""
+
+import json
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+from dpsynth.backends.offline.inversion import (
+    CONFIG_FILE,
+    FROZEN,
+    WEIGHTS_FILE,
+    InversionDecoder,
+)
+from dpsynth.errors import InputError
+from tests.methods.fakes import HashEmbedder
+from tests.tiny_lm import INVERSION_DIM, inversion_texts, one_torch_thread
+
+DIM = INVERSION_DIM
+
+
+@pytest.fixture
+def folders(tiny_inversion):
+    with one_torch_thread():
+        yield tiny_inversion
+
+
+def test_decoder_stores_only_what_it_trained(folders):
+    _, folder = folders
+    with safe_open(str(folder / WEIGHTS_FILE), "pt") as f:
+        keys = set(f.keys())
+    assert not keys & set(FROZEN)  # embeddings and head come from the public LM
+    assert any(k.startswith("project.") for k in keys)
+    assert any(k.startswith("lm.transformer.h.") for k in keys)
+
+
+def test_decoding_is_deterministic_and_learned(folders):
+    _, folder = folders
+    decoder = InversionDecoder(folder)
+    texts = inversion_texts(16)
+    emb = HashEmbedder(DIM).encode(texts)
+    first, second = decoder.decode(emb), decoder.decode(emb)
+    assert first == second and all(isinstance(t, str) for t in first)
+    back = HashEmbedder(DIM).encode(first)
+    own = np.sum(back * emb, axis=1).mean()
+    other = np.sum(back * np.roll(emb, 1, axis=0), axis=1).mean()
+    assert own > other + 0.1  # trained texts come back closer to their source than others
+
+
+def test_decoder_refuses_another_embedder_and_other_lm_weights(folders, tmp_path):
+    _lm, folder = folders
+    decoder = InversionDecoder(folder)
+    with pytest.raises(InputError, match="32-d embeddings"):
+        decoder.check_embedder(HashEmbedder(16))
+    decoder.check_embedder(HashEmbedder(DIM))
+    with pytest.raises(ValueError, match=r"shape \(n, 32\)"):
+        decoder.decode(np.zeros((2, 5), dtype=np.float32))
+    spec = json.loads((folder / CONFIG_FILE).read_text())
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / WEIGHTS_FILE).write_bytes((folder / WEIGHTS_FILE).read_bytes())
+    (copy / CONFIG_FILE).write_text(json.dumps({**spec, "base_sha256": "0" * 64}))
+    with pytest.raises(InputError, match="SHA-256 differs"):
+        InversionDecoder(copy)
+    with pytest.raises(InputError, match="no inversion decoder"):
+        InversionDecoder(tmp_path / "nowhere")
+
+
+def test_shipped_decoder_inverts_minilm_better_than_chance():
+    """The shipped decoder is weak (its model card: held-out cosine 0.31), but a text's
+    reconstruction must sit clearly closer to it than to other texts."""
+    from dpsynth.backends import build_embedder
+    from dpsynth.backends.config import EmbedderConfig
+
+    texts = ["The team won the championship game in overtime on Sunday night.",
+             "What is the capital city of Australia?",
+             "The president met foreign leaders to discuss the war.",
+             "She opened the door slowly and looked into the dark room.",
+             "The new smartphone has a faster processor and a larger screen.",
+             "The river flooded the village after days of heavy rain.",
+             "The church was built in the twelfth century by the local bishop.",
+             "The stock market fell sharply after the central bank raised interest rates."]
+    embedder = build_embedder(EmbedderConfig(name="minilm"))
+    with one_torch_thread():
+        decoder = InversionDecoder()
+        decoder.check_embedder(embedder)
+        emb = embedder.encode(texts)
+        back = embedder.encode(decoder.decode(emb))
+    sims = back @ emb.T
+    own = np.trace(sims) / len(texts)
+    other = (sims.sum() - np.trace(sims)) / (sims.size - len(texts))
+    assert own > other + 0.15
