@@ -2,6 +2,7 @@
 
     python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
         [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
+        [--tag NAME] [--keep-runs DIR] [--no-lower-bound]
 
 Every row is scored the same way: the same embedder (MiniLM), the same real test sample, the
 same downstream model (logistic regression on embeddings) and the same seeds. Rows:
@@ -63,6 +64,8 @@ class Produced:
     table: TextTable
     generator_calls: int | None
     reported: dict[str, float] = field(default_factory=dict)
+    wall_s: float | None = None
+    """Set when the run was not made now (a kept run read back)."""
 
 
 @dataclass
@@ -104,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
             except NotAvailable as exc:
                 row.note = f"not available: {exc}"
                 break
-            wall = time.perf_counter() - started
+            wall = (produced.wall_s if produced.wall_s is not None
+                    else time.perf_counter() - started)
             result = evaluate_embedded(produced.table, embedder.encode(produced.table.texts),
                                        test, test_emb,
                                        config=config.model_copy(update={"seed": seed}))
@@ -142,6 +146,11 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
         with tempfile.TemporaryDirectory(prefix="dpsynth-bench-") as tmp:
             out = (Path(args.keep_runs) / f"{args.dataset}-{recipe}-eps{epsilon:g}-seed{seed}"
                    if args.keep_runs else Path(tmp) / "run")
+            if (out / "bench.json").exists():  # kept from an earlier invocation: score it again
+                wall = json.loads((out / "bench.json").read_text(encoding="utf-8"))["wall_s"]
+                return Produced(read_text_table(out / "synthetic.csv", require_labels=True),
+                                _generator_calls(out), _reported(out), wall)
+            started = time.perf_counter()
             config = {
                 "data": {"path": str((data / "train.csv").resolve()), "label_column": "label"},
                 "budget": {"epsilon": epsilon},
@@ -160,8 +169,10 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
             if done.returncode != 0:
                 lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
                 raise NotAvailable(lines[-1] if lines else f"exit code {done.returncode}")
+            wall = time.perf_counter() - started
+            (out / "bench.json").write_text(json.dumps({"wall_s": wall}), encoding="utf-8")
             table = read_text_table(out / "synthetic.csv", require_labels=True)
-            return Produced(table, _generator_calls(out), _reported(out))
+            return Produced(table, _generator_calls(out), _reported(out), wall)
 
     return run
 
@@ -272,7 +283,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--tag", default="", help="suffix of the result files' names")
     parser.add_argument("--keep-runs", default="", help="keep every run folder under this "
-                        "directory (default: deleted after scoring)")
+                        "directory (default: deleted after scoring); a finished run found there "
+                        "is scored again instead of rerun, and an unfinished one resumes")
     return parser.parse_args(argv)
 
 

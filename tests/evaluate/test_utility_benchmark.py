@@ -110,3 +110,25 @@ def test_tag_names_the_result_files(bench, tmp_path, monkeypatch, hashing_embedd
                 str(tmp_path / "out"), "--tag", "n20"])
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "utility-tiny-n20.csv", "utility-tiny-n20.md"]
+
+
+def test_a_finished_kept_run_is_scored_again_not_rerun(bench, tmp_path, monkeypatch,
+                                                       hashing_embedder):
+    _dataset(tmp_path)
+    kept = tmp_path / "runs" / "tiny-dpga-eps1-seed0"
+    kept.mkdir(parents=True)
+    pd.read_csv(tmp_path / "tiny" / "train.csv").head(20).to_csv(kept / "synthetic.csv",
+                                                                  index=False)
+    (kept / "bench.json").write_text('{"wall_s": 123.5}')
+    (kept / "usage.json").write_text('{"generator": {"outputs": 77}}')
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setattr(bench.subprocess, "run", _failed_run)  # a rerun would fail the row
+    bench.main(["tiny", "--data-root", str(tmp_path), "--recipes", "dpga", "--epsilons", "1",
+                "--seeds", "0", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
+                "--no-lower-bound", "--out", str(tmp_path / "out"), "--keep-runs",
+                str(tmp_path / "runs")])
+    table = pd.read_csv(tmp_path / "out" / "utility-tiny.csv")
+    assert list(table["row"]) == ["real train (upper bound)", "dpga"]
+    recipe = table.iloc[1]
+    assert recipe["wall_s_mean"] == 123.5 and recipe["generator_calls_mean"] == 77
+    assert recipe["accuracy_mean"] > 0.9
