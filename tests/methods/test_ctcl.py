@@ -113,3 +113,13 @@ def test_ctcl_killed_mid_training_resumes_to_the_unbroken_output(tmp_path, ticke
     assert resumed.result.texts == whole.result.texts
     assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]
     assert not (out / "checkpoints" / "training").exists()
+
+
+def test_the_shipped_topic_model_is_what_ctcl_loads_by_default():
+    from dpsynth.methods.ctcl import Ctcl
+
+    model = Ctcl.from_config({})._topic_model()
+    assert model.centroids.shape == (100, 384)
+    assert np.allclose(np.linalg.norm(model.centroids, axis=1), 1.0, atol=1e-4)
+    assert all(len(words) == 10 and all(w.strip() for w in words) for words in model.keywords)
+    assert model.meta["paragraphs"] > 1000
