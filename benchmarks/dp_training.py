@@ -2,9 +2,13 @@
 opacus' hook mode and ghost clipping, with each mode's peak memory (ctcl issue benchmark).
 
     python benchmarks/dp_training.py [--batch 32] [--length 128] [--steps 5] [--layers 4]
+        [--rounds 3]
 
-Each mode runs in its own process so that peak resident memory is its own. The model has the
-offline LM's shape (GPT-2, untied embeddings, vocabulary 8k) with random weights.
+Each mode runs in its own process so that peak resident memory is its own. The three modes run
+one after the other, `--rounds` times over; each ratio is taken within a round and the median
+over rounds is printed, so a shared machine's load drifting between modes biases it less.
+The model has the offline LM's shape (GPT-2, untied embeddings, vocabulary 8k) with random
+weights.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -65,27 +70,31 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode:
         print(json.dumps(measure(args.mode, args.batch, args.length, args.steps, args.layers)))
         return
-    rows = []
-    for mode in MODES:
-        done = subprocess.run([sys.executable, __file__, "--mode", mode, "--batch",
-                               str(args.batch), "--length", str(args.length), "--steps",
-                               str(args.steps), "--layers", str(args.layers)],
-                              capture_output=True, text=True, check=True)
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    base = rows[0]["step_s"]
+    rounds = [[_measure_in_process(mode, args) for mode in MODES] for _ in range(args.rounds)]
     print(f"batch {args.batch}, length {args.length}, {args.layers} layers, median of "
-          f"{args.steps} steps")
+          f"{args.steps} steps per mode, {args.rounds} interleaved rounds")
     print("| mode | step (s) | ratio to non-private | peak RSS (MB) |")
     print("|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['mode']} | {row['step_s']:.3f} | {row['step_s'] / base:.2f} | "
-              f"{row['peak_rss_mb']:.0f} |")
+    for i, mode in enumerate(MODES):
+        steps = [r[i]["step_s"] for r in rounds]
+        ratios = [r[i]["step_s"] / r[0]["step_s"] for r in rounds]
+        peak = max(r[i]["peak_rss_mb"] for r in rounds)
+        print(f"| {mode} | {statistics.median(steps):.3f} | {statistics.median(ratios):.2f} "
+              f"(range {min(ratios):.2f}–{max(ratios):.2f}) | {peak:.0f} |")
 
+
+def _measure_in_process(mode: str, args: argparse.Namespace) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--mode", mode, "--batch",
+                           str(args.batch), "--length", str(args.length), "--steps",
+                           str(args.steps), "--layers", str(args.layers)],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 if __name__ == "__main__":
     main()
