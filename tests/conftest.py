@@ -19,20 +19,24 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_inversion(tmp_path_factory) -> tuple[Path, Path]:
-    """(tiny LM folder, tiny inversion decoder folder over it) for 32-d HashEmbedder
-    embeddings, built once per session."""
-    from tests.tiny_lm import (
-        INVERSION_DIM,
-        build_tiny_inversion,
-        build_tiny_lm,
-        one_torch_thread,
-    )
+def tiny_lm(tmp_path_factory) -> Path:
+    """A tiny offline-LM folder in the shipped layout (tokenizer, untied GPT-2, keyword
+    table), built once per session; tests only read it."""
+    from tests.tiny_lm import build_tiny_lm, one_torch_thread
 
     with one_torch_thread():
-        lm = build_tiny_lm(tmp_path_factory.mktemp("inversion_lm"))
-        return lm, build_tiny_inversion(tmp_path_factory.mktemp("inversion"), lm,
-                                        INVERSION_DIM, steps=60, n_texts=16)
+        return build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_inversion(tmp_path_factory, tiny_lm) -> tuple[Path, Path]:
+    """(tiny LM folder, tiny inversion decoder folder over it) for 32-d HashEmbedder
+    embeddings, built once per session."""
+    from tests.tiny_lm import INVERSION_DIM, build_tiny_inversion, one_torch_thread
+
+    with one_torch_thread():
+        return tiny_lm, build_tiny_inversion(tmp_path_factory.mktemp("inversion"), tiny_lm,
+                                             INVERSION_DIM, steps=60, n_texts=16)
 
 
 @pytest.fixture(autouse=True)

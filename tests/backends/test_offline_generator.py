@@ -17,18 +17,12 @@ from dpsynth.backends.factory import build_generator
 from dpsynth.backends.offline import format as fmt
 from dpsynth.backends.offline.generator import OfflineGenerator
 from dpsynth.errors import InputError
-from tests.tiny_lm import WORDS, build_tiny_lm
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """A model folder in the shipped layout: tokenizer, untied GPT-2, keyword table."""
-    return build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
+from tests.tiny_lm import WORDS
 
 
 @pytest.fixture
-def gen(tiny_dir):
-    return OfflineGenerator(tiny_dir, seed=7, temperature=1.0, top_p=0.95)
+def gen(tiny_lm):
+    return OfflineGenerator(tiny_lm, seed=7, temperature=1.0, top_p=0.95)
 
 
 def test_embeddings_are_untied_for_opacus_ghost_clipping(gen):
@@ -36,11 +30,11 @@ def test_embeddings_are_untied_for_opacus_ghost_clipping(gen):
     assert model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr()
 
 
-def test_same_seed_same_texts_other_seed_other_texts(tiny_dir):
+def test_same_seed_same_texts_other_seed_other_texts(tiny_lm):
     conds = [Condition(label="positive", keywords=("film",), length=20)] * 4
-    a = OfflineGenerator(tiny_dir, seed=3).generate(conds)
-    b = OfflineGenerator(tiny_dir, seed=3).generate(conds)
-    c = OfflineGenerator(tiny_dir, seed=4).generate(conds)
+    a = OfflineGenerator(tiny_lm, seed=3).generate(conds)
+    b = OfflineGenerator(tiny_lm, seed=3).generate(conds)
+    c = OfflineGenerator(tiny_lm, seed=4).generate(conds)
     assert a == b
     assert a != c
     assert len(set(a)) > 1  # rows of a batch differ
@@ -117,8 +111,8 @@ def test_perplexity_ranks_training_like_text_below_noise(gen):
     assert good.max() < noise.min()
 
 
-def test_factory_builds_offline_from_config(tiny_dir):
-    g = build_generator(GeneratorConfig(name="offline", model=str(tiny_dir), seed=5,
+def test_factory_builds_offline_from_config(tiny_lm):
+    g = build_generator(GeneratorConfig(name="offline", model=str(tiny_lm), seed=5,
                                         temperature=0.8, top_p=0.9))
     assert isinstance(g, OfflineGenerator)
     assert (g.seed, g.temperature, g.top_p) == (5, 0.8, 0.9)
@@ -129,13 +123,13 @@ def test_missing_model_folder_is_named(tmp_path):
         OfflineGenerator(tmp_path)
 
 
-def test_state_dict_resumes_the_sampling_stream(tiny_dir):
+def test_state_dict_resumes_the_sampling_stream(tiny_lm):
     cond = [Condition(length=8)] * 3
-    whole = OfflineGenerator(tiny_dir, seed=5)
+    whole = OfflineGenerator(tiny_lm, seed=5)
     whole.generate(cond)
     expected = whole.generate(cond)
-    first = OfflineGenerator(tiny_dir, seed=5)
+    first = OfflineGenerator(tiny_lm, seed=5)
     first.generate(cond)
-    resumed = OfflineGenerator(tiny_dir, seed=5)
+    resumed = OfflineGenerator(tiny_lm, seed=5)
     resumed.load_state_dict(first.state_dict())
     assert resumed.generate(cond) == expected

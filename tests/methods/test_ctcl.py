@@ -12,12 +12,6 @@ from dpsynth.config import parse_config
 from dpsynth.ops.topics import TopicModel
 from dpsynth.runner import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
-from tests.tiny_lm import build_tiny_lm
-
-
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory):
-    return build_tiny_lm(tmp_path_factory.mktemp("lm"))
 
 
 @pytest.fixture
@@ -118,7 +112,7 @@ def test_ctcl_killed_mid_training_resumes_to_the_unbroken_output(tmp_path, ticke
 def test_the_shipped_topic_model_is_what_ctcl_loads_by_default():
     from dpsynth.methods.ctcl import Ctcl
 
-    model = Ctcl.from_config({})._topic_model()
+    model = Ctcl.from_config({}).topic_model
     assert model.centroids.shape == (100, 384)
     assert np.allclose(np.linalg.norm(model.centroids, axis=1), 1.0, atol=1e-4)
     assert all(len(words) == 10 and all(w.strip() for w in words) for words in model.keywords)

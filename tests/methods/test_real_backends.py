@@ -13,12 +13,6 @@ from dpsynth.backends.offline.generator import OfflineGenerator
 from dpsynth.runner import run
 from tests.methods.fakes import HashEmbedder
 from tests.methods.test_recipes import PARAMS, make_config
-from tests.tiny_lm import build_tiny_lm
-
-
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory):
-    return build_tiny_lm(tmp_path_factory.mktemp("lm"))
 
 
 def test_dpga_loop_with_a_real_local_generator(tmp_path, tickets, tiny_lm):

@@ -13,6 +13,7 @@ None; training's noise is calibrated so that everything composes to the budget b
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -115,7 +116,9 @@ class Ctcl(Recipe):
 
     # -- private stages ----------------------------------------------------------------------
 
-    def _topic_model(self) -> TopicModel:
+    @functools.cached_property
+    def topic_model(self) -> TopicModel:
+        """Loaded once per recipe: histogram, keyword table and resume all read it."""
         folder = self.params.topic_model or Path(__file__).resolve().parents[1] / "assets/topics"
         return TopicModel.load(folder)
 
@@ -124,14 +127,14 @@ class Ctcl(Recipe):
         """Each record's nearest topic and the DP topic distribution (None without topics)."""
         if not self.uses_topics:
             return None, None
-        assigned, noisy = dp_topic_histogram(ctx.embed_private(), self._topic_model(),
+        assigned, noisy = dp_topic_histogram(ctx.embed_private(), self.topic_model,
                                              plan.stage("topic_histogram").mechanism,
                                              ctx.ledger, ctx.noise)
         return assigned, to_distribution(noisy).tolist()
 
     def _assigned_topics(self, ctx: RunContext) -> np.ndarray | None:
         """The records' topics again on resume: private, so recomputed, never checkpointed."""
-        return self._topic_model().assign(ctx.embed_private()) if self.uses_topics else None
+        return self.topic_model.assign(ctx.embed_private()) if self.uses_topics else None
 
     def _labels(self, ctx: RunContext, plan: BudgetPlan) -> list[float] | None:
         if not ctx.private.has_labels:
@@ -189,7 +192,7 @@ class Ctcl(Recipe):
     # -- generation (post-processing) --------------------------------------------------------
 
     def _keyword_table(self, ctx: RunContext) -> list[list[str]]:
-        return self._topic_model().keywords if self.uses_topics else []
+        return self.topic_model.keywords if self.uses_topics else []
 
     def _conditions(self, ctx: RunContext, state: dict) -> list[Condition]:
         rng = np.random.default_rng([ctx.seed, 2])
