@@ -6,12 +6,15 @@ similarity on the dataset's real test texts.
         [--iterations 5] [--n-public 1000] [--n-offspring 3000] [--n-output 600]
         [--out runs/eda-trec] [--seed 0] [--icl]
 
+    python benchmarks/eda_wasserstein.py --run runs/ag_news-eda-eps5-seed0
+
 Runs `recipe: eda` (offline generator, MiniLM, shipped decoder) on a seeded sample of the
-private train split, then reads its checkpoints: after iteration t the checkpoint holds each
-label's decoded parents S_syn and the Gaussian the next population is drawn from. The
-distances use the private embeddings, so they are computed here, outside the recipe, and are
-not DP releases. W1 is exact (linear assignment) between equal-size samples, so each column
-compares sets of one fixed size.
+private train split, or takes a finished run (`--run`, e.g. one kept by `utility.py
+--keep-runs`, whose config names its private file), then reads its checkpoints: after
+iteration t the checkpoint holds each label's decoded parents S_syn and the Gaussian the
+next population is drawn from. The distances use the private embeddings, so they are
+computed here, outside the recipe, and are not DP releases. W1 is exact (linear assignment)
+between equal-size samples, so each column compares sets of one fixed size.
 """
 
 from __future__ import annotations
@@ -37,23 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     args = _parse()
-    data = Path(args.data_root) / args.dataset
-    out = Path(args.out or ROOT / "runs" / f"eda-{args.dataset}-eps{args.epsilon:g}")
-    out.mkdir(parents=True, exist_ok=True)
-    train = pd.read_csv(data / "train.csv").sample(n=args.n_private, random_state=args.seed)
-    test = pd.read_csv(data / "test.csv").sample(frac=1.0, random_state=args.seed)
-    train.to_csv(out / "private.csv", index=False)
-    params = {"iterations": args.iterations, "n_public": args.n_public,
-              "n_offspring": args.n_offspring, "n_output": args.n_output}
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
-           "budget": {"epsilon": args.epsilon},
-           "recipe": {"name": "eda", "params": params},
-           "output": {"dir": str(out / "run")}, "seed": args.seed}
-    outputs = run(parse_config(raw, base_dir=out))
-
+    run_dir, train, test = _existing(Path(args.run)) if args.run else _fresh(args)
     embedder = build_embedder(EmbedderConfig(name="minilm"))
     private = embedder.encode(train["text"].tolist())
-    store = CheckpointStore(out / "run" / "checkpoints")
+    store = CheckpointStore(run_dir / "checkpoints")
     steps = sorted(int(p.stem.split("-")[1]) for p in store.folder.glob("step-*.json"))
     rows = []
     for step in steps:
@@ -71,7 +61,7 @@ def main() -> None:
             row["selected"] = history["selected"]
             row["epsilon_spent"] = round(history["epsilon_spent"], 4)
         rows.append(row)
-    synthetic = pd.read_csv(outputs.synthetic)
+    synthetic = pd.read_csv(run_dir / "synthetic.csv")
     final = embedder.encode(synthetic["text"].tolist())
     n = min(500, len(final))
     print(pd.DataFrame(rows).to_string(index=False))
@@ -81,6 +71,38 @@ def main() -> None:
     print(_reconstruction(embedder, test["text"].tolist()[: args.n_reconstruct]))
     if args.icl:
         print(_icl(synthetic, test))
+
+
+def _fresh(args: argparse.Namespace) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
+    """Run the recipe on a seeded sample of the dataset's train split."""
+    if not args.dataset:
+        raise SystemExit("give a dataset, or --run with a finished run folder")
+    data = Path(args.data_root) / args.dataset
+    out = Path(args.out or ROOT / "runs" / f"eda-{args.dataset}-eps{args.epsilon:g}")
+    out.mkdir(parents=True, exist_ok=True)
+    train = pd.read_csv(data / "train.csv").sample(n=args.n_private, random_state=args.seed)
+    train.to_csv(out / "private.csv", index=False)
+    params = {"iterations": args.iterations, "n_public": args.n_public,
+              "n_offspring": args.n_offspring, "n_output": args.n_output}
+    raw = {"data": {"path": "private.csv", "label_column": "label"},
+           "budget": {"epsilon": args.epsilon},
+           "recipe": {"name": "eda", "params": params},
+           "output": {"dir": str(out / "run")}, "seed": args.seed}
+    run(parse_config(raw, base_dir=out))
+    return out / "run", train, _test(data, args.seed)
+
+
+def _existing(run_dir: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
+    """A finished eda run: its private file (from its config) and that folder's test split."""
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    if config["recipe"]["name"] != "eda":
+        raise SystemExit(f"{run_dir}: recipe {config['recipe']['name']!r}, not eda")
+    private = Path(config["data"]["path"])
+    return run_dir, pd.read_csv(private), _test(private.parent, config["seed"])
+
+
+def _test(data: Path, seed: int) -> pd.DataFrame:
+    return pd.read_csv(data / "test.csv").sample(frac=1.0, random_state=seed)
 
 
 def _population(recipe: dict, embedder, seed: int, step: int, n_offspring: int) -> np.ndarray:
@@ -121,7 +143,8 @@ def _icl(synthetic: pd.DataFrame, test: pd.DataFrame) -> str:
 
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset")
+    parser.add_argument("dataset", nargs="?")
+    parser.add_argument("--run", default=None, help="a finished eda run folder to read")
     parser.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--epsilon", type=float, default=5.0)
     parser.add_argument("--n-private", type=int, default=2000)
