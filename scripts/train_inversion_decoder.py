@@ -6,7 +6,7 @@ embedding. Steps (each a subcommand):
 
     python scripts/train_inversion_decoder.py prepare [--shared ../shared/data]
     python scripts/train_inversion_decoder.py train --max-minutes 20   # resumable
-    python scripts/train_inversion_decoder.py evaluate                 # held-out cosine
+    python scripts/train_inversion_decoder.py evaluate [--samples 8]   # held-out cosine
 
 `train` checkpoints to .cache/inversion and exports the folder when it stops.
 """
@@ -142,15 +142,15 @@ def evaluate(args: argparse.Namespace) -> None:
 
     texts = json.loads((CACHE / "heldout.json").read_text(encoding="utf-8"))[: args.n]
     emb = np.load(CACHE / "heldout.npy")[: args.n]
-    start = time.perf_counter()
-    decoded = InversionDecoder(args.out).decode(emb)
-    seconds = time.perf_counter() - start
     embedder = build_embedder(EmbedderConfig(name="minilm", batch_size=128))
+    start = time.perf_counter()
+    decoded = InversionDecoder(args.out).decode_closest(emb, embedder, args.samples)
+    seconds = time.perf_counter() - start
     cos = np.sum(embedder.encode(decoded) * emb, axis=1)
     shuffled = np.sum(embedder.encode(decoded) * np.roll(emb, 1, axis=0), axis=1)
     scorer = OfflineGenerator(seed=0)
     ppl_decoded, ppl_original = scorer.perplexity(decoded), scorer.perplexity(texts)
-    result = {"n": len(texts), "cosine_mean": round(float(cos.mean()), 4),
+    result = {"n": len(texts), "samples": args.samples, "cosine_mean": round(float(cos.mean()), 4),
               "cosine_median": round(float(np.median(cos)), 4),
               "cosine_to_other_text_mean": round(float(shuffled.mean()), 4),
               "decode_seconds": round(seconds, 1),
@@ -184,6 +184,8 @@ def main() -> None:
     t.add_argument("--seed", type=int, default=0)
     e = sub.add_parser("evaluate")
     e.add_argument("--n", type=int, default=200)
+    e.add_argument("--samples", type=int, default=0,
+                   help="sampled hypotheses besides the greedy one (decode_closest)")
     for q in (t, e):
         q.add_argument("--out", type=Path, default=inversion_dir())
     args = parser.parse_args()

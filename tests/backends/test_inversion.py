@@ -48,6 +48,34 @@ def test_decoding_is_deterministic_and_learned(folders):
     assert own > other + 0.1  # trained texts come back closer to their source than others
 
 
+def test_decode_closest_keeps_the_nearest_hypothesis_reproducibly(folders):
+    """Best of greedy + samples: never farther from the target than greedy alone, the same
+    texts for the same seed, and each pick is the closest of what `_generate` sampled."""
+    _, folder = folders
+    decoder = InversionDecoder(folder)
+    embedder = HashEmbedder(DIM)
+    emb = embedder.encode(inversion_texts(12))
+    greedy = decoder.decode(emb)
+    best = decoder.decode_closest(emb, embedder, samples=6, seed=3)
+    assert best == decoder.decode_closest(emb, embedder, samples=6, seed=3)
+    assert decoder.decode_closest(emb, embedder, samples=0) == greedy
+
+    def cosine(texts):
+        return np.sum(embedder.encode(texts) * emb, axis=1)
+
+    assert np.all(cosine(best) >= cosine(greedy) - 1e-6)
+    sampled = decoder._generate(emb, 6, 3)
+    assert len(sampled) == 6 * len(emb)
+    for i, text in enumerate(best):
+        pool = [greedy[i], *sampled[6 * i : 6 * i + 6]]
+        assert text in pool
+        sims = embedder.encode(pool) @ emb[i]
+        assert sims[pool.index(text)] >= sims.max() - 1e-6
+    assert len(set(sampled)) > len(emb)  # sampling does propose other texts
+    with pytest.raises(ValueError, match="samples"):
+        decoder.decode_closest(emb, embedder, samples=-1)
+
+
 def test_decoder_refuses_another_embedder_and_other_lm_weights(folders, tmp_path):
     _lm, folder = folders
     decoder = InversionDecoder(folder)

@@ -8,6 +8,10 @@ private data, decoded to text by an inversion decoder trained on public text.
                E_pop = N_cld draws of the EDA Gaussian of the kept parents    (Alg. 2)
     output S_syn, topped up with decoded, filtered draws of the last Gaussian
 
+Decoding keeps, of the greedy text and a few sampled ones, the one the embedder puts closest
+to the embedding (`InversionDecoder.decode_closest`): public post-processing that makes the
+text stand nearer the DP-selected point.
+
 Per label: a private record votes only among its own label's population, each label has its
 own parents and Gaussian, and the labels' selections compose in parallel (one charge per
 iteration). N_pb, N_cld and the output size are split evenly over the labels.
@@ -57,6 +61,11 @@ class EdaParams(BaseModel):
     n_output: int = Field(1_000, ge=1, description="synthetic texts, all labels")
     decoder: str | None = Field(None, description="inversion decoder folder; the shipped one "
                                 "when omitted")
+    decode_samples: int = Field(8, ge=0, description="sampled hypotheses per decoded "
+                                "embedding besides the greedy one; the one the embedder puts "
+                                "closest is kept (0: greedy only)")
+    calibration_size: int = Field(200, ge=1, description="initial public texts decoded to "
+                                  "calibrate H")
 
     @model_validator(mode="after")
     def _check(self) -> EdaParams:
@@ -129,7 +138,8 @@ class Eda(Recipe):
                 offset = int(np.flatnonzero(codes == g)[0])
                 chosen = pops[g][[i - offset for i in picked[g]]]
                 selected[_key(groups[g])] = len(chosen)
-                kept_by_label[_key(groups[g])] = self._next_generation(state, g, chosen)
+                kept_by_label[_key(groups[g])] = self._next_generation(ctx, state, g, t,
+                                                                       chosen)
             row = {"iteration": t + 1, "selected": sum(selected.values()),
                    "kept": sum(kept_by_label.values()),
                    "labels_running": sum(not s for s in state["stopped"]),
@@ -154,7 +164,10 @@ class Eda(Recipe):
         public = [[t for t, y in zip(texts, owners, strict=True) if y == g] for g in groups]
         threshold = p.perplexity_threshold
         if threshold is None:
-            decoded = self._decoder.decode(ctx.embed_public(texts)) if texts else []
+            pick = np.unique(np.linspace(0, len(texts) - 1, min(len(texts),
+                                                                p.calibration_size)).astype(int))
+            decoded = self._decode(ctx, ctx.embed_public([texts[i] for i in pick]), (0,)) \
+                if texts else []
             scores = self._scorer.perplexity(decoded)
             threshold = float(np.quantile(scores, p.perplexity_quantile)) if len(scores) \
                 else float("inf")
@@ -162,11 +175,12 @@ class Eda(Recipe):
                 "parents": [[] for _ in groups], "stopped": [not t for t in public],
                 "history": []}
 
-    def _next_generation(self, state: dict[str, Any], g: int, chosen: np.ndarray) -> int:
+    def _next_generation(self, ctx: RunContext, state: dict[str, Any], g: int, t: int,
+                         chosen: np.ndarray) -> int:
         """Filter label `g`'s selected parents by readability and fit Alg. 2's Gaussian on
         those kept; a label with none left stops (Alg. 1 lines 12-14, 27-28). Returns how
         many were kept."""
-        kept, texts = self._readable(chosen, state["threshold"])
+        kept, texts = self._readable(ctx, chosen, state["threshold"], (t + 1, g))
         if not kept:
             state["stopped"][g] = True
             return 0
@@ -185,12 +199,22 @@ class Eda(Recipe):
         rng = np.random.default_rng([ctx.seed, t, g])
         return GaussianModel.from_json(model).sample(size, rng)
 
-    def _readable(self, embeddings: np.ndarray, threshold: float) -> tuple[list[int], list[str]]:
+    def _decode(self, ctx: RunContext, embeddings: np.ndarray,
+                key: tuple[int, ...]) -> list[str]:
+        """Texts for public embeddings, best of greedy and `decode_samples` samples; the
+        sampling is seeded by the run's seed and `key` (step, label), so a resumed run
+        decodes as the unbroken one did."""
+        seed = int(np.random.SeedSequence([ctx.seed, *key]).generate_state(1)[0])
+        return self._decoder.decode_closest(embeddings, ctx.embedder,
+                                            self.params.decode_samples, seed=seed)
+
+    def _readable(self, ctx: RunContext, embeddings: np.ndarray, threshold: float,
+                  key: tuple[int, ...]) -> tuple[list[int], list[str]]:
         """Indices and decoded texts of the embeddings whose decoding passes the perplexity
         filter (Alg. 1 lines 16-22), in their given order."""
         if not len(embeddings):
             return [], []
-        texts = self._decoder.decode(embeddings)
+        texts = self._decode(ctx, embeddings, key)
         scores = self._scorer.perplexity(texts)
         kept = [i for i, (t, s) in enumerate(zip(texts, scores, strict=True))
                 if t and s <= threshold]
@@ -208,7 +232,8 @@ class Eda(Recipe):
             need = int(quota) - len(chosen)
             if need > 0:
                 pool = self._population(ctx, state, g, self.params.iterations, 2 * need)
-                chosen += self._readable(pool[: 2 * need], state["threshold"])[1][:need]
+                chosen += self._readable(ctx, pool[: 2 * need], state["threshold"],
+                                         (self.params.iterations + 1, g))[1][:need]
             texts += chosen
             labels += [groups[g]] * len(chosen)
         return SyntheticSet(texts, labels if groups != [None] else None)

@@ -5,7 +5,13 @@ front of the offline public LM's `<|text|>` token; the LM, initialised from the 
 LM, then writes the text back. Its token embedding and output head stay frozen and are shared
 with the public LM by reference (the folder stores the projection and the transformer blocks
 only, and the SHA-256 of the public LM weights it was trained on), so the shipped folder is
-small. Decoding is greedy, hence deterministic: the same embedding always gives the same text.
+small.
+
+`decode` is greedy. `decode_closest` is a training-free correction in the spirit of Morris et
+al. (2023): it also samples a few texts per embedding, embeds every hypothesis with the
+encoder being inverted, and keeps the one closest to the target (on the shipped decoder,
+best of greedy + 8 samples lifts held-out cosine from 0.32 to 0.42; see its model card). Both
+are deterministic: sampling draws from a generator seeded by the call's `seed`.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ SHIPPED_BASE = "public_lm"
 """`base_lm` value naming the public LM shipped in the package."""
 FROZEN = ("lm.transformer.wte.weight", "lm.lm_head.weight")
 """Parameters shared with the public LM by reference: neither trained nor stored."""
+SAMPLE_TEMPERATURE = 0.8
+SAMPLE_TOP_P = 0.9
+"""Sampling of `decode_closest`'s extra hypotheses (T = 0.8 and T = 1.0 scored alike)."""
 
 
 def inversion_dir() -> Path:
@@ -141,31 +150,59 @@ class InversionDecoder:
 
     def decode(self, embeddings: np.ndarray) -> list[str]:
         """One text per embedding row (greedy, so deterministic)."""
-        import torch
+        return self._generate(self._checked(embeddings), samples=0, seed=0)
 
+    def decode_closest(self, embeddings: np.ndarray, embedder: Embedder, samples: int = 8,
+                       seed: int = 0) -> list[str]:
+        """Per row, of the greedy text and `samples` sampled ones, the text whose embedding
+        by `embedder` (the encoder the decoder inverts) has the highest cosine to the row."""
+        emb = self._checked(embeddings)
+        if samples < 0:
+            raise ValueError(f"samples: need >= 0, got {samples}")
+        if samples == 0 or not len(emb):
+            return self.decode(emb)
+        greedy = self.decode(emb)
+        sampled = self._generate(emb, samples, seed)
+        texts = [[g, *sampled[i * samples : (i + 1) * samples]] for i, g in enumerate(greedy)]
+        flat = [t for row in texts for t in row]
+        back = np.asarray(embedder.encode(flat), dtype=np.float32)
+        back = back.reshape(len(emb), samples + 1, -1)
+        best = np.einsum("nkd,nd->nk", back, emb).argmax(axis=1)
+        return [row[k] for row, k in zip(texts, best, strict=True)]
+
+    def _checked(self, embeddings: np.ndarray) -> np.ndarray:
         emb = np.asarray(embeddings, dtype=np.float32)
         if emb.ndim != 2 or emb.shape[1] != self.dim:
             raise ValueError(f"embeddings: need shape (n, {self.dim}), got {emb.shape}")
+        return emb
+
+    def _generate(self, emb: np.ndarray, samples: int, seed: int) -> list[str]:
+        """Greedy texts (`samples` = 0), or `samples` nucleus samples per row, row-major."""
+        import torch
+
         eos = self.tokenizer.token_to_id(fmt.EOS)
         start = self.tokenizer.token_to_id(fmt.TEXT)
         banned = [[self.tokenizer.token_to_id(t)] for t in fmt.SPECIAL_TOKENS if t != fmt.EOS]
+        how = (dict(do_sample=True, temperature=SAMPLE_TEMPERATURE, top_p=SAMPLE_TOP_P,
+                    num_return_sequences=samples) if samples else dict(do_sample=False))
         out: list[str] = []
-        for lo in range(0, len(emb), self.batch_size):
-            x = torch.from_numpy(emb[lo : lo + self.batch_size])
-            with torch.inference_mode(), warnings.catch_warnings():
-                # the n-gram ban covers only generated tokens: the prefix has none to repeat
-                warnings.filterwarnings("ignore", message=".*no_repeat_ngram_size.*")
-                head = self.model.lm.transformer.wte(torch.full((len(x), 1), start))
-                inputs = torch.cat([self.model.prefix(x), head], 1)
-                ids = self.model.lm.generate(
-                    inputs_embeds=inputs, attention_mask=torch.ones(inputs.shape[:2],
-                                                                    dtype=torch.long),
-                    max_new_tokens=self.spec.max_tokens, do_sample=False,
-                    no_repeat_ngram_size=3, bad_words_ids=banned, eos_token_id=eos,
-                    pad_token_id=eos)
-            for row in ids.tolist():
-                row = row[: row.index(eos)] if eos in row else row
-                out.append(fmt.clean(self.tokenizer.decode(row)))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for lo in range(0, len(emb), self.batch_size):
+                x = torch.from_numpy(emb[lo : lo + self.batch_size])
+                with torch.inference_mode(), warnings.catch_warnings():
+                    # the n-gram ban covers only generated tokens: the prefix has none
+                    warnings.filterwarnings("ignore", message=".*no_repeat_ngram_size.*")
+                    head = self.model.lm.transformer.wte(torch.full((len(x), 1), start))
+                    inputs = torch.cat([self.model.prefix(x), head], 1)
+                    ids = self.model.lm.generate(
+                        inputs_embeds=inputs, attention_mask=torch.ones(inputs.shape[:2],
+                                                                        dtype=torch.long),
+                        max_new_tokens=self.spec.max_tokens, no_repeat_ngram_size=3,
+                        bad_words_ids=banned, eos_token_id=eos, pad_token_id=eos, **how)
+                for row in ids.tolist():
+                    row = row[: row.index(eos)] if eos in row else row
+                    out.append(fmt.clean(self.tokenizer.decode(row)))
         return out
 
 
