@@ -6,7 +6,8 @@ similarity on the dataset's real test texts.
         [--iterations 5] [--n-public 1000] [--n-offspring 3000] [--n-output 600]
         [--out runs/eda-trec] [--seed 0] [--icl]
 
-    python benchmarks/eda_wasserstein.py --run runs/ag_news-eda-eps5-seed0
+    python benchmarks/eda_wasserstein.py --run runs/trec-eda-eps5-seed0 \
+        --compare runs/trec-dpga-eps5-seed0 runs/trec-pe-eps5-seed0 [--n-w1 100]
 
 Runs `recipe: eda` (offline generator, MiniLM, shipped decoder) on a seeded sample of the
 private train split, or takes a finished run (`--run`, e.g. one kept by `utility.py
@@ -14,7 +15,9 @@ private train split, or takes a finished run (`--run`, e.g. one kept by `utility
 iteration t the checkpoint holds each label's decoded parents S_syn and the Gaussian the
 next population is drawn from. The distances use the private embeddings, so they are
 computed here, outside the recipe, and are not DP releases. W1 is exact (linear assignment)
-between equal-size samples, so each column compares sets of one fixed size.
+between equal-size samples and grows as the samples shrink, so every figure subsamples
+both sides to one size (`--n-w1`) and averages a few subsamples; `--compare` scores other
+runs' outputs (the seed's constant baseline lines) at that size.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import parse_config
 from dpsynth.evaluate.fidelity import wasserstein_distance
 from dpsynth.methods.conditions import allocate
+from dpsynth.methods.eda import EdaParams
 from dpsynth.ops.eda import GaussianModel
 from dpsynth.runner import run
 
@@ -43,6 +47,13 @@ def main() -> None:
     run_dir, train, test = _existing(Path(args.run)) if args.run else _fresh(args)
     embedder = build_embedder(EmbedderConfig(name="minilm"))
     private = embedder.encode(train["text"].tolist())
+    params = EdaParams(**json.loads((run_dir / "config.json").read_text())["recipe"]["params"])
+
+    def w1(embeddings: np.ndarray) -> float:
+        """Mean over `--repeats` subsample seeds of W1 at the fixed size `--n-w1`."""
+        return round(float(np.mean([wasserstein_distance(private, embeddings, args.n_w1, s)
+                                    for s in range(args.repeats)])), 4)
+
     store = CheckpointStore(run_dir / "checkpoints")
     steps = sorted(int(p.stem.split("-")[1]) for p in store.folder.glob("step-*.json"))
     rows = []
@@ -50,27 +61,29 @@ def main() -> None:
         state = json.loads((store.folder / f"step-{step:05d}.json").read_text())["state"]
         recipe, seed = state["recipe"], state["public_seed"]
         parents = [t for texts in recipe["parents"] for t in texts]
-        population = _population(recipe, embedder, seed, step, args.n_offspring)
-        row = {"iteration": step,
-               "parents": len(parents),
-               "w1_population_n500": wasserstein_distance(private, population, 500, 0)}
-        row["w1_parents_n=parents"] = (wasserstein_distance(
-            private, embedder.encode(parents), len(parents), 0) if parents else float("nan"))
+        row: dict = {"iteration": step}
         if step:
             history = recipe["history"][step - 1]
-            row["selected"] = history["selected"]
-            row["epsilon_spent"] = round(history["epsilon_spent"], 4)
+            row.update(selected=history["selected"], kept=history["kept"],
+                       epsilon_spent=round(history["epsilon_spent"], 4))
+        row["w1_parents"] = w1(embedder.encode(parents)) if parents else float("nan")
+        row["w1_next_population"] = w1(_population(recipe, embedder, seed, step,
+                                                   params.n_offspring))
         rows.append(row)
-    synthetic = pd.read_csv(run_dir / "synthetic.csv")
-    final = embedder.encode(synthetic["text"].tolist())
-    n = min(500, len(final))
+    print(f"W1 to the private embeddings ({len(private)}), both sides subsampled to "
+          f"{args.n_w1}, mean of {args.repeats} subsamples:")
     print(pd.DataFrame(rows).to_string(index=False))
-    print(f"\nfinal synthetic set: {len(synthetic)} texts, W1 to private (n={n}) = "
-          f"{wasserstein_distance(private, final, n, 0):.4f}; same-size real test sample: "
-          f"{wasserstein_distance(private, embedder.encode(test['text'][:n].tolist()), n, 0):.4f}")
-    print(_reconstruction(embedder, test["text"].tolist()[: args.n_reconstruct]))
+    finals = {"eda output (synthetic.csv)": run_dir / "synthetic.csv"}
+    finals |= {f"{Path(r).name} (synthetic.csv)": Path(r) / "synthetic.csv"
+               for r in args.compare}
+    for name, path in finals.items():
+        print(f"{name}: W1 {w1(embedder.encode(pd.read_csv(path)['text'].tolist()))}")
+    print(f"real test sample: W1 {w1(embedder.encode(test['text'][: 5 * args.n_w1].tolist()))}")
+    if args.n_reconstruct:
+        print(_reconstruction(embedder, test["text"].tolist()[: args.n_reconstruct],
+                              args.samples))
     if args.icl:
-        print(_icl(synthetic, test))
+        print(_icl(pd.read_csv(run_dir / "synthetic.csv"), test))
 
 
 def _fresh(args: argparse.Namespace) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
@@ -119,16 +132,22 @@ def _population(recipe: dict, embedder, seed: int, step: int, n_offspring: int) 
     return np.concatenate(parts)
 
 
-def _reconstruction(embedder, texts: list[str]) -> str:
+def _reconstruction(embedder, texts: list[str], samples: int) -> str:
+    """Greedy and best-of-`samples` (the recipe's default decoding) reconstruction."""
     from dpsynth.backends.offline.inversion import InversionDecoder
 
+    decoder = InversionDecoder()
     emb = embedder.encode(texts)
-    back = embedder.encode(InversionDecoder().decode(emb))
-    cos = np.sum(emb * back, axis=1)
-    other = np.sum(np.roll(emb, 1, axis=0) * back, axis=1)
-    return (f"decoder reconstruction on {len(texts)} real test texts: cosine mean "
-            f"{cos.mean():.3f}, median {np.median(cos):.3f} (to another text: "
-            f"{other.mean():.3f})")
+    lines = []
+    for n in sorted({0, samples}):
+        back = embedder.encode(decoder.decode_closest(emb, embedder, n))
+        cos = np.sum(emb * back, axis=1)
+        other = np.sum(np.roll(emb, 1, axis=0) * back, axis=1)
+        lines.append(f"decoder reconstruction on {len(texts)} real test texts, "
+                     f"{'greedy' if n == 0 else f'best of greedy + {n} samples'}: cosine "
+                     f"mean {cos.mean():.3f}, median {np.median(cos):.3f} (to another "
+                     f"text: {other.mean():.3f})")
+    return "\n".join(lines)
 
 
 def _icl(synthetic: pd.DataFrame, test: pd.DataFrame) -> str:
@@ -152,7 +171,14 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--n-public", type=int, default=1000)
     parser.add_argument("--n-offspring", type=int, default=3000)
     parser.add_argument("--n-output", type=int, default=600)
-    parser.add_argument("--n-reconstruct", type=int, default=200)
+    parser.add_argument("--n-reconstruct", type=int, default=200,
+                        help="real test texts to decode back (0: skip)")
+    parser.add_argument("--n-w1", type=int, default=100, help="W1 sample size, every column")
+    parser.add_argument("--repeats", type=int, default=5, help="subsamples averaged per W1")
+    parser.add_argument("--compare", nargs="*", default=[],
+                        help="other runs (e.g. dpga, pe) whose synthetic.csv is scored too")
+    parser.add_argument("--samples", type=int, default=8,
+                        help="best-of-n reconstruction reported beside greedy")
     parser.add_argument("--out", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--icl", action="store_true", help="also 6-shot ICL on the offline LM")

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name} ε={row.epsilon} seed={seed}: accuracy "
                   f"{metrics['accuracy']:.4f}, {wall:.1f}s", file=sys.stderr)
         rows.append(row)
-    _write(rows, args)
+    _write(rows, args, _majority(test))
 
 
 def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) -> Produced:
@@ -218,7 +218,16 @@ def _get(metrics: dict, path: tuple[str, ...]) -> float:
     return float(metrics) if isinstance(metrics, int | float) else math.nan  # "skipped: …"
 
 
-def _write(rows: list[Row], args: argparse.Namespace) -> None:
+def _majority(test: TextTable) -> str:
+    """The accuracy of always answering the test sample's most common label: the floor a
+    classifier must beat to have learned anything."""
+    labels = pd.Series(test.labels)
+    top = labels.value_counts()
+    return (f"Always answering the test sample's most common label ({top.index[0]}) scores "
+            f"accuracy {top.iloc[0] / len(labels):.3f}.\n\n")
+
+
+def _write(rows: list[Row], args: argparse.Namespace, floor: str = "") -> None:
     columns = [c for c in (*METRICS, "wall_s", "generator_calls", *REPORTED)
                if any(not _all_nan(r, c) for r in rows)]
     records, lines = [], []
@@ -245,8 +254,9 @@ def _write(rows: list[Row], args: argparse.Namespace) -> None:
     title = (f"# Utility on {args.dataset}: n = {args.n_synthetic} synthetic records, "
              f"{args.test_size} real test records, seeds {args.seeds}, embedder "
              f"{args.embedder}, classifier {args.classifier}\n\n")
-    stem.with_suffix(".md").write_text(title + "\n".join(lines) + "\n", encoding="utf-8")
-    print(title + "\n".join(lines))
+    stem.with_suffix(".md").write_text(title + floor + "\n".join(lines) + "\n",
+                                       encoding="utf-8")
+    print(title + floor + "\n".join(lines))
     print(f"\nwrote {stem.with_suffix('.md')} and {stem.with_suffix('.csv')}", file=sys.stderr)
 
 

@@ -71,6 +71,14 @@ def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashin
     assert pd.isna(recipe["accuracy_mean"])
     markdown = (tmp_path / "out" / "utility-tiny.md").read_text()
     assert "± " in markdown and "not available" in markdown
+    assert "most common label (" in markdown
+
+
+def test_the_majority_class_floor(bench):
+    from dpsynth.evaluate import TextTable
+
+    floor = bench._majority(TextTable(["x", "y", "z", "w"], ["b", "a", "b", "b"], "test"))
+    assert "(b)" in floor and "accuracy 0.750" in floor
 
 
 def test_lower_bound_is_not_available_without_a_generator(bench, monkeypatch):
