@@ -37,10 +37,12 @@ def make_config(tmp_path, tickets, decoder_dir, out="out", epsilon=8.0, **params
     return parse_config(raw, base_dir=tmp_path)
 
 
-def test_eda_runs_spends_its_budget_and_leaks_nothing(tmp_path, tickets, decoder_dir):
+def test_eda_runs_spends_its_budget_and_leaks_nothing(tmp_path, tickets, decoder_dir, caplog):
     generator = RecordingGenerator()
-    outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
-                  generator=generator)
+    with caplog.at_level("WARNING", logger="dpsynth.methods.eda"):
+        outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
+                      generator=generator)
+    assert not [r for r in caplog.records if "⊥ bar" in r.getMessage()]  # populations ≤ K
     synthetic = pd.read_csv(outputs.synthetic)
     assert 0 < len(synthetic) <= PARAMS["n_output"]
     assert set(synthetic["label"]) <= {"billing", "shipping", "technical", "account"}
@@ -65,12 +67,16 @@ def test_eda_runs_spends_its_budget_and_leaks_nothing(tmp_path, tickets, decoder
     assert CANARY not in outputs.result.texts
 
 
-def test_an_empty_selection_stops_the_loop(tmp_path, tickets, decoder_dir):
+def test_an_empty_selection_stops_the_loop(tmp_path, tickets, decoder_dir, caplog):
     """At a tiny ε the ⊥ bar of LimitedDomain sits far above any count: nothing is
     selected in the first iteration, every label stops, and no more budget is spent."""
-    outputs = run(make_config(tmp_path, tickets, decoder_dir, epsilon=0.05, iterations=4,
-                              domain_size=4, n_parents=4),
-                  embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+    with caplog.at_level("WARNING", logger="dpsynth.methods.eda"):
+        outputs = run(make_config(tmp_path, tickets, decoder_dir, epsilon=0.05, iterations=4,
+                                  domain_size=4, n_parents=4),
+                      embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+    # the warning foresaw it, from public parameters: 15 offspring a label > K = 4
+    warned = [r.getMessage() for r in caplog.records if "⊥ bar" in r.getMessage()]
+    assert len(warned) == 1 and "up to 15 per label" in warned[0] and "= 16 keep" in warned[0]
     rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
     assert len(rows) == 1
     assert rows[0]["selected"] == 0 and rows[0]["labels_running"] == 0

@@ -23,6 +23,8 @@ checkpoint holds a few numbers per label rather than N_cld embeddings.
 
 from __future__ import annotations
 
+import logging
+import math
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,7 +38,10 @@ from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.eda import GaussianModel, estimate
 from dpsynth.ops.limited_domain import dp_select_parents, with_domain
+from dpsynth.privacy.mechanisms import LimitedDomainTopK
 from dpsynth.privacy.planning import StageSpec
+
+log = logging.getLogger(__name__)
 
 
 class EdaParams(BaseModel):
@@ -113,6 +118,9 @@ class Eda(Recipe):
         private_emb = ctx.embed_private()
         private_codes = ctx.private.label_codes(Access.LEDGERED_OP) if labels else None
         pop_sizes = _even(p.n_offspring, len(groups))
+        _warn_of_the_bar(mechanism, max(int(pop_sizes.max()),
+                                        int(_even(p.n_public, len(groups)).max())),
+                         len(groups))
 
         if ctx.resumed is None:
             state = self._initial(ctx, groups)
@@ -237,6 +245,21 @@ class Eda(Recipe):
             texts += chosen
             labels += [groups[g]] * len(chosen)
         return SyntheticSet(texts, labels if groups != [None] else None)
+
+
+def _warn_of_the_bar(mechanism: LimitedDomainTopK, population: int, labels: int) -> None:
+    """Say, from public parameters only, how far above the (K+1)-th count a parent must
+    stand when a label's population exceeds K: on small private sets nothing clears it."""
+    k = mechanism.domain_size
+    if population <= k:
+        return
+    bar = 1 + 2 * math.log(1 / mechanism.delta) / mechanism.epsilon
+    log.warning("eda: populations of up to %d per label exceed domain_size K = %d, so each "
+                "selection releases only candidates whose noisy count clears the ⊥ bar, "
+                "about %.0f votes above the (K+1)-th count (ε₀ = %.3g, δ₀ = %.2g); on a "
+                "small private set the run may stop early. n_public and n_offspring up to "
+                "K × labels = %d keep every selection plain top-k.", population, k, bar,
+                mechanism.epsilon, mechanism.delta, k * labels)
 
 
 def _even(n: int, parts: int) -> np.ndarray:
