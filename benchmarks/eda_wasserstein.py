@@ -35,8 +35,7 @@ from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import parse_config
 from dpsynth.evaluate.fidelity import wasserstein_distance
 from dpsynth.methods.conditions import allocate
-from dpsynth.methods.eda import EdaParams
-from dpsynth.ops.eda import GaussianModel
+from dpsynth.methods.eda import EdaParams, draw_population
 from dpsynth.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,8 +126,7 @@ def _population(recipe: dict, embedder, seed: int, step: int, n_offspring: int) 
         if model is None:
             parts.append(embedder.encode(recipe["public"][g]))
         else:
-            rng = np.random.default_rng([seed, step, g])
-            parts.append(GaussianModel.from_json(model).sample(int(sizes[g]), rng))
+            parts.append(draw_population(model, seed, step, g, int(sizes[g])))
     return np.concatenate(parts)
 
 

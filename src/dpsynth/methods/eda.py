@@ -24,7 +24,6 @@ checkpoint holds a few numbers per label rather than N_cld embeddings.
 from __future__ import annotations
 
 import logging
-import math
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -204,8 +203,7 @@ class Eda(Recipe):
         model = state["models"][g]
         if model is None:
             return ctx.embed_public(state["public"][g])
-        rng = np.random.default_rng([ctx.seed, t, g])
-        return GaussianModel.from_json(model).sample(size, rng)
+        return draw_population(model, ctx.seed, t, g, size)
 
     def _decode(self, ctx: RunContext, embeddings: np.ndarray,
                 key: tuple[int, ...]) -> list[str]:
@@ -247,13 +245,21 @@ class Eda(Recipe):
         return SyntheticSet(texts, labels if groups != [None] else None)
 
 
+def draw_population(model: dict[str, Any], seed: int, t: int, g: int,
+                    size: int) -> np.ndarray:
+    """`size` draws of label `g`'s Gaussian (as stored in a checkpoint) for iteration `t`,
+    seeded by the run's public seed, iteration and label: a resumed run, or a benchmark
+    reading the checkpoint, draws the same population."""
+    return GaussianModel.from_json(model).sample(size, np.random.default_rng([seed, t, g]))
+
+
 def _warn_of_the_bar(mechanism: LimitedDomainTopK, population: int, labels: int) -> None:
     """Say, from public parameters only, how far above the (K+1)-th count a parent must
     stand when a label's population exceeds K: on small private sets nothing clears it."""
     k = mechanism.domain_size
     if population <= k:
         return
-    bar = 1 + 2 * math.log(1 / mechanism.delta) / mechanism.epsilon
+    bar = mechanism.bar_margin(population)
     log.warning("eda: populations of up to %d per label exceed domain_size K = %d, so each "
                 "selection releases only candidates whose noisy count clears the ⊥ bar, "
                 "about %.0f votes above the (K+1)-th count (ε₀ = %.3g, δ₀ = %.2g); on a "

@@ -375,6 +375,12 @@ class LimitedDomainTopK(Mechanism):
     def noise_scale(self) -> float:
         return 2.0 / self.epsilon
 
+    def bar_margin(self, bins: int) -> float:
+        """How far the ⊥ bar sits above the (K+1)-th count, before its noise, for a
+        histogram of `bins` > K bins: 1 + 2·ln(min(Δ₀, K, bins−K)/δ)/ε. Public."""
+        m = min(self.l0_sensitivity, self.domain_size, bins - self.domain_size)
+        return 1 + 2 * math.log(m / self.delta) / self.epsilon
+
     def _release(self, values: Sequence[float], noise: NoiseSource) -> list[int]:
         hist = np.asarray(values, dtype=float)
         order = np.argsort(-hist, kind="stable")
@@ -383,9 +389,7 @@ class LimitedDomainTopK(Mechanism):
         ranked = order[:top][np.argsort(-noisy, kind="stable")]
         if d <= self.domain_size:  # the whole histogram is the domain: plain top-k
             return [int(i) for i in ranked[: self.k]]
-        m = min(self.l0_sensitivity, self.domain_size, d - self.domain_size)
-        bar = (hist[order[self.domain_size]] + 1
-               + 2 * math.log(m / self.delta) / self.epsilon
+        bar = (hist[order[self.domain_size]] + self.bar_margin(d)
                + noise.gumbel(self.noise_scale, 1)[0])
         n_above = int(np.sum(noisy > bar))
         return [int(i) for i in ranked[: min(n_above, self.k)]]
