@@ -4,6 +4,8 @@ import logging
 import pandas as pd
 import pytest
 
+from dpsynth.backends.cache import CachedEmbedder, ContentCache, content_key
+from dpsynth.backends.config import EmbedderConfig
 from dpsynth.errors import InputError
 from dpsynth.evaluate import PRIVATE_NOTICE, EvalConfig, EvalResult, evaluate
 
@@ -91,10 +93,39 @@ def test_without_train_or_labels_the_private_and_label_parts_are_absent(files, t
     assert "labels" not in m["fidelity"]
 
 
-def test_a_remote_embedder_is_refused_for_the_private_split(files, remote_hashing_embedder):
-    with pytest.raises(InputError, match="remote"):
-        evaluate(files["synthetic"], files["test"], files["train"], FAST,
+def test_real_texts_never_reach_the_embedding_cache(files, tmp_path, hashing_embedder):
+    cache = ContentCache(tmp_path / "cache" / "embeddings.sqlite")
+    evaluate(files["synthetic"], files["test"], files["train"], FAST,
+             embedder=CachedEmbedder(hashing_embedder, cache))
+
+    def cached(name):
+        texts = pd.read_csv(files[name])["text"].tolist()
+        keys = [content_key(hashing_embedder.identity(), t) for t in texts]
+        return len(cache.get_vectors(keys)), len(texts)
+
+    assert cached("train")[0] == 0
+    assert cached("test")[0] == 0
+    found, total = cached("synthetic")
+    assert found == total  # the cache is in use, for synthetic text only
+
+
+@pytest.mark.parametrize("split", ["train", None])
+def test_a_remote_embedder_is_refused_for_any_real_split(files, remote_hashing_embedder,
+                                                         split):
+    train = files[split] if split else None
+    with pytest.raises(InputError, match="remote embedder"):
+        evaluate(files["synthetic"], files["test"], train, FAST,
                  embedder=remote_hashing_embedder)
+
+
+def test_a_remote_embedder_runs_with_the_explicit_opt_in(files, remote_hashing_embedder,
+                                                         caplog):
+    opted_in = FAST.model_copy(update={"embedder": EmbedderConfig(allow_remote_on_private=True)})
+    with caplog.at_level(logging.WARNING, logger="dpsynth"):
+        m = evaluate(files["synthetic"], files["test"], files["train"], opted_in,
+                     embedder=remote_hashing_embedder).to_dict()
+    assert "privacy" in m
+    assert "remote embedder" in caplog.text
 
 
 def test_a_tiny_synthetic_set_skips_what_it_cannot_measure(files, tmp_path, hashing_embedder):

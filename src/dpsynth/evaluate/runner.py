@@ -3,6 +3,10 @@
 Utility and fidelity compare the synthetic set with the real *test* split. The privacy
 diagnostics need the real *train* split (the private data the synthetic set came from) and
 are only computed when it is given; they are marked private-only everywhere they appear.
+
+Both real splits are real people's data, so both take the private path: `encode_private`
+(never cached) and no remote embedder without `allow_remote_on_private`. Only synthetic text
+goes through `encode`, and so into an embedding cache.
 """
 
 from __future__ import annotations
@@ -72,11 +76,16 @@ def evaluate(synthetic: str | Path | TextTable, real_test: str | Path | TextTabl
         from dpsynth.backends.factory import build_embedder
 
         embedder = build_embedder(config.embedder)
-    if train is not None and embedder.is_remote and not config.embedder.allow_remote_on_private:
-        raise InputError("refusing to send the real train split (private) to a remote "
-                         "embedder; use a local one or set allow_remote_on_private")
+    if embedder.is_remote:
+        if not config.embedder.allow_remote_on_private:
+            raise InputError("refusing to send the real test and train splits (private data) "
+                             "to a remote embedder; use a local one or set "
+                             "embedder.allow_remote_on_private")
+        log.warning("real texts are being sent to a remote embedder (explicit opt-in)")
     started = time.perf_counter()
-    embeddings = [embedder.encode(t.texts) if t is not None else None for t in tables]
+    embeddings = [embedder.encode(synth.texts),
+                  *(embedder.encode_private(t.texts) if t is not None else None
+                    for t in (test, train))]
     log.info("embedded %s records in %.1fs", "/".join(str(len(t)) for t in tables if t),
              time.perf_counter() - started)
     result = evaluate_embedded(synth, embeddings[0], test, embeddings[1], train, embeddings[2],
