@@ -52,6 +52,7 @@ def test_evaluate_reports_every_section_and_writes_json(files, tmp_path, hashing
     assert m["privacy"]["copies"]["exact"] == 0
     assert 0.0 <= m["privacy"]["membership_inference"]["loss_attack_auc"] <= 1.0
     assert m["meta"]["synthetic"]["records"] == 60
+    assert m["meta"]["real_test"]["private"] is True  # until declared public (public_test)
     again = EvalResult.read(out_dir)
     assert again.metrics == json.loads(json.dumps(m))
     assert len(again.figures["embedding_map"]["synthetic"]) == 60

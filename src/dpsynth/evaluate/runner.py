@@ -61,6 +61,10 @@ class EvalConfig(BaseModel):
     near_duplicate_threshold: float = Field(0.95, gt=0, le=1)
     attack_records: int = Field(1000, ge=10, description="members (and non-members) attacked")
     map_points: int = Field(500, ge=10, description="points per set on the 2-D embedding map")
+    public_test: bool = Field(
+        False, description="the real test split is public data (a published benchmark "
+        "split), so metrics on it may go into a public report; it is embedded as private data "
+        "all the same")
 
 
 def evaluate(synthetic: str | Path | TextTable, real_test: str | Path | TextTable,
@@ -107,7 +111,8 @@ def evaluate_embedded(synth: TextTable, synth_emb: np.ndarray, test: TextTable,
     timings: dict[str, float] = {}
     metrics: dict = {
         "meta": {"dpsynth_version": __version__, "seed": config.seed,
-                 "synthetic": _describe(synth), "real_test": _describe(test),
+                 "synthetic": _describe(synth),
+                 "real_test": _describe(test) | {"private": not config.public_test},
                  "real_train": _describe(train) if train is not None else None,
                  "seconds": timings},
         "utility": {},
