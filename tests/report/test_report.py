@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -16,7 +17,7 @@ def _section(page: str, anchor: str) -> str:
 
 
 def test_full_run_renders_every_section_with_content(run_dir):
-    page = write_report(run_dir).read_text(encoding="utf-8")
+    page = write_report(run_dir, include_private=True).read_text(encoding="utf-8")
     for anchor, title in SECTIONS:
         body = _section(page, anchor)
         assert title in body
@@ -38,18 +39,84 @@ def test_page_fetches_nothing_from_a_network(run_dir):
     assert "<script" not in page and "<link" not in page
 
 
-def test_public_page_leaves_private_diagnostics_out(run_dir, tmp_path):
-    page = write_report(run_dir, tmp_path / "public.html",
-                        include_private=False).read_text(encoding="utf-8")
-    assert "left out of this page" in _section(page, "privacy-diagnostics")
+def test_the_page_is_public_unless_private_diagnostics_are_asked_for(run_dir):
+    page = write_report(run_dir).read_text(encoding="utf-8")
+    assert "Public version" in page
+    assert "left out of the public version" in _section(page, "privacy-diagnostics")
     assert PRIVATE_NOTICE.capitalize() not in page
+    for anchor in ("privacy-spend", "iterations", "distributions"):  # public inputs stay
+        assert "<svg" in _section(page, anchor), anchor
+    assert "1234" in _section(page, "run")  # generator calls see only public inputs
+
+
+PLANTED = {  # distinctive values, each computed from private records in a real evaluation
+    "accuracy": "0.6143", "frechet": "0.8629", "auc": "0.7317", "median": "0.9137",
+    "copies": "4271", "train records": "7919", "test records": "6353",
+    "embedder texts": "5807", "variance": "74% of variance",
+}
+
+
+def _plant(run_dir, test_private: bool | None) -> None:
+    """Overwrite the evaluation and usage with the PLANTED values."""
+    metrics_path, figures_path = run_dir / "eval" / "metrics.json", run_dir / "eval/figures.json"
+    m = json.loads(metrics_path.read_text())
+    m["utility"]["classification"]["accuracy"] = 0.6143
+    m["fidelity"]["frechet_distance"] = 0.8629
+    m["privacy"]["membership_inference"]["distance_attack_auc"] = 0.7317
+    m["privacy"]["nearest_private_similarity"]["synthetic"]["median"] = 0.9137
+    m["privacy"]["copies"]["exact"] = 4271
+    m["meta"]["real_train"]["records"] = 7919
+    m["meta"]["real_test"]["records"] = 6353
+    if test_private is None:
+        del m["meta"]["real_test"]["private"]  # an evaluation from before the marker
+    else:
+        m["meta"]["real_test"]["private"] = test_private
+    metrics_path.write_text(json.dumps(m))
+    f = json.loads(figures_path.read_text())
+    f["embedding_map"]["explained_variance"] = [0.7377, 0.1212]
+    figures_path.write_text(json.dumps(f))
+    usage = json.loads((run_dir / "usage.json").read_text())
+    usage["embedder"] = {"texts": 5807.0}
+    (run_dir / "usage.json").write_text(json.dumps(usage))
+
+
+def _shows(page: str, value: str) -> bool:
+    """`value` on the page as a whole number, not inside a longer one (an SVG coordinate)."""
+    return re.search(rf"(?<![\d.]){re.escape(value)}(?!\d)", page) is not None
+
+
+def _plots(page: str) -> str:
+    return "".join(re.findall(r"<svg.*?</svg>", page, re.DOTALL))
+
+
+@pytest.mark.parametrize("test_private", [True, None])
+def test_public_page_holds_nothing_computed_from_private_records(run_dir, test_private):
+    _plant(run_dir, test_private)
+    public = write_report(run_dir).read_text(encoding="utf-8")
+    private = write_report(run_dir, include_private=True).read_text(encoding="utf-8")
+    for name, value in PLANTED.items():
+        assert not _shows(public, value), name
+        assert _shows(private, value), name
+    assert "real test" not in _plots(public)  # no real-test side in any plot
+    assert "real test" in _plots(private)
+    assert "12 of 40 synthetic records" in public  # the synthetic set is public
+
+
+def test_a_public_test_split_shows_its_metrics_but_nothing_from_the_train_split(run_dir):
+    _plant(run_dir, test_private=False)
+    public = write_report(run_dir).read_text(encoding="utf-8")
+    for name in ("accuracy", "frechet", "test records", "variance"):
+        assert _shows(public, PLANTED[name]), name
+    for name in ("auc", "median", "copies", "train records", "embedder texts"):
+        assert not _shows(public, PLANTED[name]), name
+    assert "real test" in _plots(public)
 
 
 def test_private_records_never_reach_the_page(run_dir, tmp_path):
     import pandas as pd
 
     private = pd.read_csv(tmp_path / "train.csv")["text"].tolist()
-    page = write_report(run_dir).read_text(encoding="utf-8")
+    page = write_report(run_dir, include_private=True).read_text(encoding="utf-8")
     import html
 
     assert not any(html.escape(t) in page or t in page for t in private)

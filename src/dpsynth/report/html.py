@@ -1,8 +1,15 @@
 """One self-contained HTML page per run: inline CSS and SVG, nothing fetched from a network.
 
 Every section is always present; a section whose input is missing says what is missing and
-how to produce it. Private-only diagnostics sit in their own marked section, left out with
-`include_private=False` for a page that may be shared.
+how to produce it.
+
+The page is public by default: it shows only what carries no private information (the run's
+settings, the ledger, the per-iteration DP releases, generator counters and the synthetic
+set) and leaves out everything computed from private records: the privacy diagnostics, the
+embedder's counters (they count the private texts it embedded), the real splits' record
+counts, and every metric, distribution and map computed on the real test split unless the
+evaluation declared that split public (`EvalConfig.public_test`). `include_private=True`
+adds them back for the data owner.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ SECTIONS = (
     ("samples", "Sample synthetic texts"),
 )
 REPORT_FILE = "report.html"
+PUBLIC_USAGE = ("generator",)
+"""usage.json sections that see only public inputs; the embedder also embeds private text."""
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:0 auto;
@@ -55,27 +64,28 @@ padding:0 .35rem;border-radius:3px;margin-right:.4rem}
 
 
 def write_report(run_dir: str | Path, output: str | Path | None = None,
-                 include_private: bool = True, samples: int = 12) -> Path:
-    """Render the run folder's report to `output` (default RUN_DIR/report.html)."""
+                 include_private: bool = False, samples: int = 12) -> Path:
+    """Render the run folder's report to `output` (default RUN_DIR/report.html); public
+    unless `include_private`."""
     artifacts = load_run(run_dir)
     path = Path(output) if output is not None else artifacts.run_dir / REPORT_FILE
-    has_private = artifacts.evaluation is not None and "privacy" in artifacts.evaluation.metrics
-    if include_private and has_private:
-        log.warning("the report includes private-only diagnostics (%s); build it with "
-                    "--public for a page to share", PRIVATE_NOTICE)
+    if include_private:
+        log.warning("the report includes diagnostics computed from private records (%s); "
+                    "leave out --private for a page to share", PRIVATE_NOTICE)
     path.write_text(render(artifacts, include_private, samples), encoding="utf-8")
     log.info("wrote %s", path)
     return path
 
 
-def render(artifacts: RunArtifacts, include_private: bool = True, samples: int = 12) -> str:
+def render(artifacts: RunArtifacts, include_private: bool = False, samples: int = 12) -> str:
+    real_test = include_private or not _test_is_private(artifacts)
     builders: dict[str, Callable[[], str]] = {
-        "run": lambda: _run(artifacts),
+        "run": lambda: _run(artifacts, include_private),
         "privacy-spend": lambda: _privacy_spend(artifacts),
         "iterations": lambda: _iterations(artifacts),
-        "distributions": lambda: _distributions(artifacts),
-        "embedding-map": lambda: _embedding_map(artifacts),
-        "metrics": lambda: _metrics(artifacts),
+        "distributions": lambda: _distributions(artifacts, real_test),
+        "embedding-map": lambda: _embedding_map(artifacts, real_test),
+        "metrics": lambda: _metrics(artifacts, include_private, real_test),
         "privacy-diagnostics": lambda: _privacy_diagnostics(artifacts, include_private),
         "samples": lambda: _samples(artifacts, samples),
     }
@@ -91,11 +101,32 @@ def render(artifacts: RunArtifacts, include_private: bool = True, samples: int =
         f"<title>dpsynth report: {name}</title><style>{_CSS}</style></head><body>"
         f"<h1>dpsynth report: {name}</h1>"
         f'<p class="meta">generated {stamp} by dpsynth {html.escape(__version__)}</p>'
+        f"{_version_banner(include_private)}"
         f"<nav>{toc}</nav>{''.join(body)}</body></html>\n"
     )
 
 
-def _run(a: RunArtifacts) -> str:
+def _test_is_private(a: RunArtifacts) -> bool:
+    """The real test split is private unless the evaluation declared it public; an
+    evaluation that does not say (an older metrics.json) counts as private."""
+    meta = a.evaluation.metrics.get("meta", {}) if a.evaluation is not None else {}
+    return (meta.get("real_test") or {}).get("private", True) is not False
+
+
+def _version_banner(include_private: bool) -> str:
+    if include_private:
+        return ('<p class="private">Private version: holds diagnostics computed from private '
+                "records. Not for sharing.</p>")
+    return ('<p class="meta">Public version: nothing on this page is computed from private '
+            "records.</p>")
+
+
+def _private_only(what: str) -> str:
+    return (f'<p class="missing">{html.escape(what)}: computed from private records, so left '
+            "out of the public version (build the report with --private to see it)</p>")
+
+
+def _run(a: RunArtifacts, include_private: bool) -> str:
     parts = []
     if a.config is not None:
         c = a.config
@@ -110,10 +141,16 @@ def _run(a: RunArtifacts) -> str:
     else:
         parts.append(_missing("config", a))
     if a.usage is not None:
-        rows = [(f"{backend} {key}", _num(value)) for backend, counters in a.usage.items()
-                if isinstance(counters, dict) for key, value in counters.items()]
+        sections = {backend: counters for backend, counters in a.usage.items()
+                    if isinstance(counters, dict)}
+        shown = {b: c for b, c in sections.items() if include_private or b in PUBLIC_USAGE}
+        rows = [(f"{backend} {key}", _num(value)) for backend, counters in shown.items()
+                for key, value in counters.items()]
         parts.append(_table(["usage", "value"], rows) if rows else
                      '<p class="meta">usage.json records no counters</p>')
+        hidden = sorted(b for b in sections.keys() - shown.keys() if sections[b])
+        if hidden:
+            parts.append(_private_only(f"{', '.join(hidden)} counters"))
     else:
         parts.append(_missing("usage", a))
     return "".join(parts)
@@ -151,7 +188,7 @@ def _iterations(a: RunArtifacts) -> str:
                    "from metrics.jsonl: DP releases and synthetic-only statistics per iteration")
 
 
-def _distributions(a: RunArtifacts) -> str:
+def _distributions(a: RunArtifacts, real_test: bool) -> str:
     if a.synthetic is None and a.evaluation is None:
         return _missing("synthetic", a)
     figures = a.evaluation.figures if a.evaluation is not None else {}
@@ -159,9 +196,10 @@ def _distributions(a: RunArtifacts) -> str:
     synthetic_lengths = lengths.get("synthetic") or _word_lengths(a)
     parts = []
     if synthetic_lengths:
-        parts.append(_figure(plots.length_histogram(lengths.get("real_test"), synthetic_lengths),
+        real_lengths = lengths.get("real_test") if real_test else None
+        parts.append(_figure(plots.length_histogram(real_lengths, synthetic_lengths),
                              "words per text"))
-    labels = figures.get("labels")
+    labels = figures.get("labels") if real_test else None
     if labels is not None:
         parts.append(_figure(plots.label_bars(labels["real_shares"], labels["synthetic_shares"]),
                              "share of each label"))
@@ -171,10 +209,14 @@ def _distributions(a: RunArtifacts) -> str:
         parts.append(_figure(plots.label_bars(None, shares), "share of each synthetic label"))
     if a.evaluation is None:
         parts.append(_missing("evaluation", a, "real-test distributions need `dpsynth eval`"))
+    elif not real_test:
+        parts.append(_private_only("the real test split's distributions"))
     return "".join(parts)
 
 
-def _embedding_map(a: RunArtifacts) -> str:
+def _embedding_map(a: RunArtifacts, real_test: bool) -> str:
+    if a.evaluation is not None and not real_test:
+        return _private_only("the map, fitted on the real test split as well")
     figures = a.evaluation.figures if a.evaluation is not None else {}
     points = figures.get("embedding_map")
     if not points:
@@ -184,14 +226,17 @@ def _embedding_map(a: RunArtifacts) -> str:
                    "PCA of sentence embeddings, fitted on both sets")
 
 
-def _metrics(a: RunArtifacts) -> str:
+def _metrics(a: RunArtifacts, include_private: bool, real_test: bool) -> str:
     if a.evaluation is None:
         return _missing("evaluation", a)
+    if not real_test:
+        return _private_only("utility and fidelity, measured on the real test split")
     metrics = a.evaluation.metrics
     rows = [(m, v) for s, m, v in metric_rows(metrics) if not s.startswith("privacy")]
     meta = metrics.get("meta", {})
+    splits = ("synthetic", "real_test") + (("real_train",) if include_private else ())
     sizes = ", ".join(f"{k.replace('_', ' ')}: {meta[k]['records']} records"
-                      for k in ("synthetic", "real_test", "real_train") if meta.get(k))
+                      for k in splits if meta.get(k))
     recall = metrics.get("utility", {}).get("classification", {}).get("per_class_recall")
     parts = [f'<p class="meta">{html.escape(sizes)}</p>', _table(["metric", "value"], rows)]
     if recall:
@@ -202,7 +247,8 @@ def _metrics(a: RunArtifacts) -> str:
 
 def _privacy_diagnostics(a: RunArtifacts, include_private: bool) -> str:
     if not include_private:
-        return '<p class="missing">left out of this page (built with --public)</p>'
+        return _private_only("membership inference, nearest-private-neighbour similarity and "
+                             "copies")
     private = a.evaluation.metrics.get("privacy") if a.evaluation is not None else None
     if private is None:
         return ('<p class="missing">not computed: pass the private train split to '
