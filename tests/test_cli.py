@@ -27,7 +27,7 @@ def write_config(tmp_path, data_path, **data):
 def test_plan_on_bundled_example(capsys):
     main(["plan"])
     out = capsys.readouterr().out
-    assert "privacy units" in out and "188 (user-level" in out
+    assert "privacy units" in out and "N = 197 (user-level, k = 1" in out
     assert "ε = 4" in out
 
 

@@ -19,6 +19,7 @@ from dpsynth.errors import DpsynthError
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
 from dpsynth.plan import make_plan, print_plan
+from dpsynth.runner import NOT_PRIVATE
 from dpsynth.runner import run as run_recipe
 
 log = logging.getLogger("dpsynth.cli")
@@ -79,6 +80,8 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     run_plan = make_plan(cfg)
     print_plan(run_plan, out)
     outputs = run_recipe(cfg, run_plan=run_plan)
+    if not cfg.budget.private:
+        out.print(f"[bold red]{NOT_PRIVATE}[/bold red]")
     out.print(f"synthetic data: {outputs.synthetic}\n"
               f"privacy spend:  {outputs.privacy} (ε = {outputs.ledger.spent():.4g} of "
               f"{outputs.ledger.epsilon:g}, δ = {outputs.ledger.delta:.3g})\n"
@@ -132,14 +135,15 @@ def evaluate(
 def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder.")],
            output: Annotated[Path | None, typer.Option(
                "--output", help="HTML file (default: RUN_DIR/report.html).")] = None,
-           public: Annotated[bool, typer.Option(
-               "--public", help="Leave out the private-only privacy diagnostics.")] = False,
+           private: Annotated[bool, typer.Option(
+               "--private", help="Add the diagnostics computed from private records (for "
+               "the data owner; not for sharing).")] = False,
            log_level: LevelOpt = "info") -> None:
-    """Write a self-contained HTML report of a finished run."""
+    """Write a self-contained HTML report of a finished run (public unless --private)."""
     from dpsynth.report import write_report
 
     setup_logging(_check_level(log_level))
-    path = write_report(run_dir, output, include_private=not public)
+    path = write_report(run_dir, output, include_private=private)
     out.print(f"wrote {path}")
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dpsynth.backends.config import BackendsConfig
 from dpsynth.data.config import DataConfig
@@ -43,8 +43,16 @@ class RunConfig(BaseModel):
     recipe: RecipeConfig
     backends: BackendsConfig = BackendsConfig()
     output: OutputConfig = OutputConfig()
-    seed: int | None = Field(None, description="fixes all randomness; omit in production")
+    seed: int | None = Field(None, ge=0, description="fixes the public randomness (prompts, "
+                             "sampling, generation); DP noise stays cryptographic unless "
+                             "budget.noise says otherwise")
     base_dir: Path | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _seeded_noise_needs_a_seed(self) -> RunConfig:
+        if not self.budget.private and self.seed is None:
+            raise ValueError("budget.noise: seeded_not_private needs a seed")
+        return self
 
 
 def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = None) -> RunConfig:

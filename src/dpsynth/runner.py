@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,8 @@ from dpsynth.errors import InputError
 from dpsynth.methods.base import RunContext, SyntheticSet
 from dpsynth.methods.registry import build_recipe
 from dpsynth.plan import RunPlan, make_plan
-from dpsynth.privacy.ledger import Charge, PrivacyLedger
+from dpsynth.privacy.journal import Journal, JournalHeader
+from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 
 log = logging.getLogger(__name__)
@@ -43,33 +43,28 @@ class RunOutputs:
     ledger: PrivacyLedger
 
 
+NOT_PRIVATE = ("NOT PRIVATE: budget.noise is seeded_not_private, so the DP noise follows "
+               "from the seed and can be subtracted; this run is a reproduction, not a release")
+
+
 def run(config: RunConfig, *, embedder: Embedder | None = None,
         generator: Generator | None = None, run_plan: RunPlan | None = None) -> RunOutputs:
-    """Synthesise per `config`, resuming from the output folder's latest checkpoint."""
+    """Synthesise per `config`, resuming from the output folder's journal and checkpoints."""
     run_plan = run_plan or make_plan(config)
     recipe = build_recipe(config.recipe, config.budget.split)
+    recipe.validate(run_plan.data)
     out = config.output.dir
+    if not config.budget.private:
+        log.warning(NOT_PRIVATE)
     store = CheckpointStore(out / "checkpoints")
-    journal = out / "checkpoints" / "charges.jsonl"
-    latest = store.latest()
-    if latest is None:
-        ledger = PrivacyLedger(run_plan.epsilon, run_plan.delta)
-        noise = NoiseSource(config.seed)
-        seed = config.seed if config.seed is not None else secrets.randbits(63)
-        resumed = None
-        journal.unlink(missing_ok=True)
-    else:
-        step, envelope = latest
-        ledger = PrivacyLedger.from_dict(envelope["ledger"])
-        if (ledger.epsilon, ledger.delta) != (run_plan.epsilon, run_plan.delta):
-            raise InputError(f"{out}: its checkpoints were made with budget ε={ledger.epsilon:g}, "
-                             f"δ={ledger.delta:.3g}; use a new output folder for a new budget")
-        noise = NoiseSource.from_state_dict(envelope["noise"])
-        seed, resumed = int(envelope["public_seed"]), (step, envelope["recipe"])
-        _charge_lost_releases(ledger, journal, noise.seeded)
-        log.info("resuming from checkpoint %d (ε spent so far %.4g)", step, ledger.spent())
-    _write_journal(journal, ledger.charges)
-    ledger.on_charge = lambda charge: _append_journal(journal, charge)
+    journal = Journal.open(out / "checkpoints" / "releases.jsonl", JournalHeader(
+        run_plan.epsilon, run_plan.delta,
+        config.seed if config.seed is not None else secrets.randbits(63),
+        config.budget.noise))
+    ledger, noise, resumed = _restore(journal, store.latest(), config)
+    ledger.on_charge = journal.append_charge
+    ledger.on_answer = journal.append_output
+    seed = journal.header.public_seed
 
     metrics_path = out / "metrics.jsonl"
 
@@ -82,13 +77,14 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     backends = config.backends
     embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
     generator = CountingGenerator(
-        generator or build_generator(_seeded(backends.generator, config.seed),
+        generator or build_generator(_seeded(backends.generator, seed),
                                      base_dir=config.base_dir))
-    if latest is not None and "generator" in latest[1] and hasattr(generator, "load_state_dict"):
-        generator.load_state_dict(latest[1]["generator"])
-    ctx = RunContext(private=run_plan.data.dataset, ledger=ledger, noise=noise,
+    if resumed is not None and "generator" in resumed[2] and hasattr(generator,
+                                                                     "load_state_dict"):
+        generator.load_state_dict(resumed[2]["generator"])
+    ctx = RunContext(private=run_plan.data, ledger=ledger, noise=noise,
                      embedder=embedder, generator=generator, checkpoints=store, seed=seed,
-                     report=report, resumed=resumed,
+                     report=report, resumed=resumed[:2] if resumed else None,
                      allow_remote_embedding=backends.embedder.allow_remote_on_private)
     result = recipe.run(ctx)
     usage = {"generator": generator.usage(), "embedder": embedder.usage(),
@@ -101,52 +97,61 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     synthetic = write_table(frame, out / f"synthetic.{config.output.format}",
                             config.output.format)
     privacy = out / "privacy.json"
-    privacy.write_text(json.dumps(_privacy_report(ledger), indent=2), encoding="utf-8")
+    privacy.write_text(json.dumps(_privacy_report(ledger, config), indent=2), encoding="utf-8")
     (out / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
     log.info("done: %d synthetic records, ε spent %.4g of %g", len(result.texts),
              ledger.spent(), ledger.epsilon)
     return RunOutputs(synthetic, privacy, metrics_path, result, ledger)
 
 
-def _seeded(cfg: GeneratorConfig, seed: int | None) -> GeneratorConfig:
-    """A seeded run seeds its generator too (unless the config sets one): same seed, same
-    local backends, same output."""
-    return cfg if cfg.seed is not None or seed is None else cfg.model_copy(update={"seed": seed})
+def _seeded(cfg: GeneratorConfig, seed: int) -> GeneratorConfig:
+    """The public seed (the config's, or one drawn once per output folder and journaled)
+    seeds the generator unless the config sets its own: same seed, same local backends, same
+    output, and a restart regenerates what its replayed releases were computed on."""
+    return cfg if cfg.seed is not None else cfg.model_copy(update={"seed": seed})
 
 
-def _charge_lost_releases(ledger: PrivacyLedger, journal: Path, seeded: bool) -> None:
-    """Releases made after the checkpoint, before a crash, may have left the process.
+def _restore(journal: Journal, latest: tuple[int, dict[str, Any]] | None, config: RunConfig
+             ) -> tuple[PrivacyLedger, NoiseSource, tuple[int, dict, dict] | None]:
+    """The ledger holds every release the folder's journal recorded, whether or not a
+    checkpoint followed it; those made after the latest checkpoint are replayed.
 
-    A seeded run replays them with the same noise, so they are the same releases and cost
-    nothing more. An unseeded run draws fresh noise, so the lost ones stay on the ledger.
+    Returns the ledger, the noise source and, when resuming, (step, recipe state, envelope).
     """
-    if not journal.exists():
-        return
-    recorded = [Charge.from_json(json.loads(line))
-                for line in journal.read_text(encoding="utf-8").splitlines() if line.strip()]
-    lost = recorded[len(ledger.charges):]
-    if lost and not seeded:
-        log.warning("%d release(s) made after the last checkpoint stay charged", len(lost))
-        for charge in lost:
-            ledger.charge(f"{charge.stage} (before resume)", charge.event,
-                          mechanism=charge.mechanism, sensitivity=charge.sensitivity,
-                          noise_scale=charge.noise_scale)
+    h = journal.header
+    ledger = PrivacyLedger(h.epsilon, h.delta, charges=[r.charge for r in journal.releases])
+    noise = NoiseSource(h.public_seed if h.noise == "seeded_not_private" else None)
+    position, resumed = 0, None
+    if latest is not None:
+        step, envelope = latest
+        position = len(envelope["ledger"]["charges"])
+        recorded = [r.charge.to_json() for r in journal.releases[:position]]
+        if recorded != envelope["ledger"]["charges"]:
+            raise InputError(f"{config.output.dir}: its checkpoints and release journal "
+                             "disagree; the spend cannot be trusted, use a new output folder")
+        noise = NoiseSource.from_state_dict(envelope["noise"])
+        resumed = (step, envelope["recipe"], envelope)
+    later = journal.releases[position:]
+    if later:
+        log.info("%d release(s) recorded after the last checkpoint will be replayed",
+                 len(later))
+    ledger.replay(later)
+    if journal.releases:
+        log.info("resuming: ε spent so far %.4g", ledger.spent())
+    return ledger, noise, resumed
 
 
-def _write_journal(journal: Path, charges: list[Charge]) -> None:
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    journal.write_text("".join(json.dumps(c.to_json()) + "\n" for c in charges),
-                       encoding="utf-8")
-
-
-def _append_journal(journal: Path, charge: Charge) -> None:
-    with journal.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(charge.to_json()) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _privacy_report(ledger: PrivacyLedger) -> dict[str, Any]:
-    """The ledger, with its total recomputed from the recorded events."""
+def _privacy_report(ledger: PrivacyLedger, config: RunConfig) -> dict[str, Any]:
+    """The ledger, with its total recomputed from the recorded events, and what it treats as
+    public."""
     recomputed = PrivacyLedger.from_dict(ledger.to_dict())
-    return {**ledger.to_dict(), "recomputed_epsilon": recomputed.spent()}
+    report = {**ledger.to_dict(), "recomputed_epsilon": recomputed.spent(),
+              "private": config.budget.private,
+              "public_facts": {
+                  "units": "N, the number of privacy units (δ is derived from it)",
+                  "unit": "user" if config.data.user_column else "record",
+                  "records_per_unit": config.data.records_per_unit,
+                  "label_set": config.data.labels or "read from the data (see run.log)"}}
+    if not config.budget.private:
+        report = {"NOT_PRIVATE": NOT_PRIVATE, **report}
+    return report

@@ -34,6 +34,7 @@ def test_loads_from_package_assets_with_hub_offline(gen):
     assert gen.model.lm_head.weight.data_ptr() != gen.model.transformer.wte.weight.data_ptr()
 
 
+@pytest.mark.slow  # generates hundreds of texts with the real LM
 def test_deterministic_under_a_seed():
     conds = [Condition(label="positive", length=20, text="movie review")] * 3
     assert (OfflineGenerator(seed=5).generate(conds)
@@ -44,6 +45,7 @@ def _mean_ratio(texts, targets):
     return float(np.mean([fmt.count_words(t) / n for t, n in zip(texts, targets, strict=True)]))
 
 
+@pytest.mark.slow  # generates hundreds of texts with the real LM
 def test_every_operation_honours_the_length_target(gen):
     """Each text within ±30% of its target, and the batch mean within ±10%."""
     conds = [Condition(length=n, text="news report") for n in (15, 30, 60, 90)] * 2
@@ -65,6 +67,7 @@ def test_every_operation_honours_the_length_target(gen):
     assert abs(_mean_ratio(children, means) - 1) <= 0.3
 
 
+@pytest.mark.slow  # generates hundreds of texts with the real LM
 def test_sentiment_label_steers_the_text(gen):
     """Texts generated with label positive read as positive to the model's own Bayes
     classifier (which label makes the text likelier), and texts generated with label
@@ -88,6 +91,7 @@ def test_sentiment_label_steers_the_text(gen):
 
 
 @pytest.mark.shared_data
+@pytest.mark.slow  # generates hundreds of texts with the real LM
 def test_sentiment_label_steers_an_sst2_classifier(gen, shared_data):
     """A classifier trained on SST-2 tells the two apart well above chance."""
     import pandas as pd
@@ -105,6 +109,7 @@ def test_sentiment_label_steers_an_sst2_classifier(gen, shared_data):
     assert accuracy >= 0.6  # 0.68 measured on 100 texts a side; 0.5 is chance
 
 
+@pytest.mark.slow  # generates hundreds of texts with the real LM
 def test_keywords_steer_the_topic(gen):
     """A keyword shows up far more often when it is asked for than when it is not."""
     asked = gen.generate([Condition(keywords=("police",), length=40, text="news report")] * 20)

@@ -88,7 +88,9 @@ def test_declared_label_set_is_kept_and_checked():
 
 
 def test_units_and_records_per_unit():
-    ds = PrivateDataset(["a", "b", "c", "d"], units=[0, 0, 1, 2])
-    assert (ds.n_records, ds.n_units, ds.records_per_unit) == (4, 3, 2)
+    with pytest.raises(InputError, match="more than records_per_unit=1"):
+        PrivateDataset(["a", "b", "c", "d"], units=[0, 0, 1, 2])
+    ds = PrivateDataset(["a", "b", "c", "d"], units=[0, 0, 1, 2], records_per_unit=3)
+    assert (ds.n_records, ds.n_units, ds.records_per_unit) == (4, 3, 3)
     sub = ds.subset([2, 3])
-    assert (sub.n_records, sub.n_units, sub.records_per_unit) == (2, 2, 2)
+    assert (sub.n_records, sub.n_units, sub.records_per_unit) == (2, 2, 3)

@@ -20,7 +20,6 @@ def test_clean_table_passes_through():
     out = validate(frame(["one", "two", "three", "four"]), spec(), "p.csv")
     assert out.texts == ["one", "two", "three", "four"]
     assert out.labels == ["a", "b", "a", "b"]
-    assert out.report.rows_read == 4 and not out.report.duplicate_rows
 
 
 def test_missing_column_lists_columns():
@@ -58,7 +57,7 @@ def test_label_with_one_example_names_label_and_row():
 def test_over_long_text_truncated_by_default():
     out = validate(frame(["x" * 50, "short"]), spec(max_chars=10, min_examples_per_label=1),
                    "p.csv")
-    assert out.texts[0] == "x" * 10 and out.report.truncated == 1
+    assert out.texts[0] == "x" * 10
 
 
 def test_over_long_text_rejected_by_policy():
@@ -69,22 +68,29 @@ def test_over_long_text_rejected_by_policy():
     assert "confidential" not in str(info.value)
 
 
-def test_duplicates_reported_and_dropped():
-    labels = ["x", "y", "x", "y", "x", "x"]
-    out = validate(frame(["a", "b", "a", "c", "a", "d"], labels), spec(), "p.csv")
-    assert out.report.duplicate_rows == (3, 5)
-    assert out.report.duplicates_dropped == 2
-    assert out.texts == ["a", "b", "c", "d"]
-    assert "2 duplicate texts dropped" in out.report.summary()
+def test_duplicates_are_kept_by_default():
+    out = validate(frame(["a", "b", "a", "c"]), spec(min_examples_per_label=1), "p.csv")
+    assert out.texts == ["a", "b", "a", "c"]
 
 
-def test_duplicates_kept_by_policy():
-    out = validate(frame(["a", "b", "a", "c"]), spec(duplicates="keep"), "p.csv")
-    assert out.texts == ["a", "b", "a", "c"] and out.report.duplicate_rows == (3,)
+def test_drop_removes_repeats_within_a_user_only():
+    texts = ["a", "b", "a", "a", "c", "d"]
+    labels = ["x", "y", "x", "y", "x", "y"]
+    table = pd.DataFrame({"text": texts, "label": labels,
+                          "user": ["u1", "u1", "u1", "u2", "u2", "u3"]})
+    out = validate(table, spec(duplicates="drop", user_column="user"), "p.csv")
+    # u1's second "a" goes; u2's "a" stays: another unit's text never removes this unit's
+    assert out.texts == ["a", "b", "a", "c", "d"]
+    assert out.users == ["u1", "u1", "u2", "u2", "u3"]
+
+
+def test_drop_without_users_is_a_config_error():
+    with pytest.raises(ValueError, match="duplicates: drop needs a user_column"):
+        spec(duplicates="drop")
 
 
 def test_label_count_row_refers_to_the_file_after_dropping_duplicates():
-    texts = ["a", "a", "b", "c", "d", "e"]
-    labels = ["x", "x", "x", "y", "y", "z"]
+    table = pd.DataFrame({"text": ["a", "a", "b", "c", "d", "e"],
+                          "label": ["x", "x", "x", "y", "y", "z"], "user": list("uuvwxy")})
     with pytest.raises(DataError, match=r"row 6, field 'label': label 'z'"):
-        validate(frame(texts, labels), spec(), "p.csv")
+        validate(table, spec(duplicates="drop", user_column="user"), "p.csv")

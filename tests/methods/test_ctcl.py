@@ -24,7 +24,7 @@ def topics(tmp_path, tickets):
     return model.save(tmp_path / "topics")
 
 
-def config(tmp_path, tickets, recipe, tiny_lm, topics, **params):
+def config(tmp_path, tickets, recipe, tiny_lm, topics, noise="cryptographic", **params):
     import pandas as pd
 
     texts, labels = tickets
@@ -35,7 +35,8 @@ def config(tmp_path, tickets, recipe, tiny_lm, topics, **params):
     if recipe == "ctcl":
         base["topic_model"] = str(topics)
     raw = {"data": {"path": "private.csv", "label_column": "label"},
-           "budget": {"epsilon": 4.0}, "recipe": {"name": recipe, "params": base},
+           "budget": {"epsilon": 4.0, "noise": noise},
+           "recipe": {"name": recipe, "params": base},
            "output": {"dir": str(tmp_path / recipe)}, "seed": 3}
     return parse_config(raw, base_dir=tmp_path)
 
@@ -85,7 +86,8 @@ def test_ctcl_killed_mid_training_resumes_to_the_unbroken_output(tmp_path, ticke
 
     for name in "ab":
         (tmp_path / name).mkdir()
-    whole = run(config(tmp_path / "a", tickets, "ctcl", tiny_lm, topics, checkpoint_every=2),
+    whole = run(config(tmp_path / "a", tickets, "ctcl", tiny_lm, topics, checkpoint_every=2,
+                       noise="seeded_not_private"),  # reproducible, so comparable
                 embedder=HashEmbedder(), generator=RecordingGenerator())
     save = TrainingCheckpoints.save
 
@@ -95,7 +97,7 @@ def test_ctcl_killed_mid_training_resumes_to_the_unbroken_output(tmp_path, ticke
             raise _Killed
 
     resumed_config = config(tmp_path / "b", tickets, "ctcl", tiny_lm, topics,
-                            checkpoint_every=2)
+                            checkpoint_every=2, noise="seeded_not_private")
     with monkeypatch.context() as patch:
         patch.setattr(TrainingCheckpoints, "save", save_then_die)
         with pytest.raises(_Killed):

@@ -25,12 +25,13 @@ def decoder_dir(tiny_inversion):
         yield tiny_inversion[1]
 
 
-def make_config(tmp_path, tickets, decoder_dir, out="out", epsilon=8.0, **params):
+def make_config(tmp_path, tickets, decoder_dir, out="out", epsilon=8.0,
+                noise="cryptographic", **params):
     texts, labels = tickets
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
     raw = {"data": {"path": "private.csv", "label_column": "label"},
-           "budget": {"epsilon": epsilon},
+           "budget": {"epsilon": epsilon, "noise": noise},
            "recipe": {"name": "eda",
                       "params": {**PARAMS, "decoder": str(decoder_dir), **params}},
            "output": {"dir": str(tmp_path / out)}, "seed": 7}
@@ -93,8 +94,10 @@ def test_kill_and_resume_gives_the_uninterrupted_output(tmp_path, tickets, decod
                                                        monkeypatch):
     from dpsynth.methods import eda
 
-    whole = run(make_config(tmp_path, tickets, decoder_dir, out="whole"),
-                embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+    def config(out):  # a seeded (non-private) reproduction, so two runs can be compared
+        return make_config(tmp_path, tickets, decoder_dir, out=out, noise="seeded_not_private")
+
+    whole = run(config("whole"), embedder=HashEmbedder(DIM), generator=RecordingGenerator())
     assert len(whole.ledger.charges) >= 2, "the run must reach a second iteration"
     calls = {"n": 0}
     original = eda.estimate
@@ -107,11 +110,9 @@ def test_kill_and_resume_gives_the_uninterrupted_output(tmp_path, tickets, decod
 
     monkeypatch.setattr(eda, "estimate", crashing)
     with pytest.raises(_Crash):
-        run(make_config(tmp_path, tickets, decoder_dir, out="resumed"),
-            embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+        run(config("resumed"), embedder=HashEmbedder(DIM), generator=RecordingGenerator())
     monkeypatch.setattr(eda, "estimate", original)
-    resumed = run(make_config(tmp_path, tickets, decoder_dir, out="resumed"),
-                  embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+    resumed = run(config("resumed"), embedder=HashEmbedder(DIM), generator=RecordingGenerator())
     assert resumed.result.texts == whole.result.texts
     assert resumed.result.labels == whole.result.labels
     assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]

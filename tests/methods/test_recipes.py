@@ -9,7 +9,6 @@ import pytest
 from dpsynth.backends.base import FAILED
 from dpsynth.config import parse_config
 from dpsynth.data import PrivateDataset
-from dpsynth.errors import BudgetExceededError
 from dpsynth.runner import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 
@@ -26,12 +25,13 @@ RELEASE_STAGE = {"dpga": ("voting", 3), "pe": ("voting", 3), "kd_tutor": ("stude
 RECIPES = pytest.mark.parametrize("recipe", sorted(PARAMS))
 
 
-def make_config(tmp_path, tickets, recipe="dpga", out="out", epsilon=2.0, **params):
+def make_config(tmp_path, tickets, recipe="dpga", out="out", epsilon=2.0,
+                noise="cryptographic", **params):
     texts, labels = tickets
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
     raw = {"data": {"path": "private.csv", "label_column": "label"},
-           "budget": {"epsilon": epsilon},
+           "budget": {"epsilon": epsilon, "noise": noise},
            "recipe": {"name": recipe, "params": {**PARAMS[recipe], **params}},
            "output": {"dir": str(tmp_path / out)}, "seed": 7}
     return parse_config(raw, base_dir=tmp_path)
@@ -105,13 +105,14 @@ RESUMABLE = pytest.mark.parametrize("recipe", sorted(CRASH_AT))
 
 @RESUMABLE
 def test_kill_and_resume_gives_the_uninterrupted_output(tmp_path, tickets, recipe):
-    whole = run(make_config(tmp_path, tickets, recipe, out="whole"), embedder=HashEmbedder(),
-                generator=RecordingGenerator())
+    def config(out):  # a seeded (non-private) reproduction, so two runs can be compared
+        return make_config(tmp_path, tickets, recipe, out=out, noise="seeded_not_private")
+
+    whole = run(config("whole"), embedder=HashEmbedder(), generator=RecordingGenerator())
     with pytest.raises(_Crash):
-        run(make_config(tmp_path, tickets, recipe, out="resumed"), embedder=HashEmbedder(),
+        run(config("resumed"), embedder=HashEmbedder(),
             generator=CrashingGenerator(CRASH_AT[recipe]))
-    resumed = run(make_config(tmp_path, tickets, recipe, out="resumed"),
-                  embedder=HashEmbedder(), generator=RecordingGenerator())
+    resumed = run(config("resumed"), embedder=HashEmbedder(), generator=RecordingGenerator())
     assert resumed.result.texts == whole.result.texts
     assert resumed.result.labels == whole.result.labels
     assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]
@@ -138,28 +139,57 @@ def test_budget_split_overrides_stage_fractions(tickets):
         PrivateEvolution.from_config(PARAMS["pe"], {"votes": 0.5}).plan(private, 2.0, 1e-4)
 
 
-def test_unseeded_resume_keeps_releases_lost_in_a_crash(tmp_path, tickets):
-    config = make_config(tmp_path, tickets, "pe", out="unseeded").model_copy(
-        update={"seed": None})
-    with pytest.raises(_Crash):
-        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(CRASH_AT["pe"]))
-    # the vote released after checkpoint 1 was lost with the crash: it stays charged, so a
-    # plan that used the whole budget cannot finish — the ledger refuses the last vote
-    with pytest.raises(BudgetExceededError, match="stage 'voting'"):
-        run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
-    journal = (tmp_path / "unseeded" / "checkpoints" / "charges.jsonl").read_text()
-    assert journal.count("(before resume)") == 1
+def _journal(folder):
+    lines = [json.loads(line) for line in
+             (folder / "checkpoints" / "releases.jsonl").read_text().splitlines()]
+    return [e["charge"] for e in lines if "charge" in e], {e["output"]: e["value"]
+                                                            for e in lines if "output" in e}
 
 
-def test_seeded_resume_charges_replayed_releases_once(tmp_path, tickets):
-    config = make_config(tmp_path, tickets, "pe", out="seeded")
-    with pytest.raises(_Crash):
+def test_an_interrupted_run_replays_its_releases_and_charges_each_once(tmp_path, tickets):
+    config = make_config(tmp_path, tickets, "pe", out="unseeded")
+    with pytest.raises(_Crash):  # during iteration 2's rewrite: two votes made
         run(config, embedder=HashEmbedder(), generator=CrashingGenerator(CRASH_AT["pe"]))
-    journal = tmp_path / "seeded" / "checkpoints" / "charges.jsonl"
-    assert len(journal.read_text().splitlines()) == 3  # label histogram and two votes
+    charges, answers = _journal(tmp_path / "unseeded")
+    assert [c["stage"] for c in charges] == ["label_histogram", "voting", "voting"]
     resumed = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
-    assert len(resumed.ledger.charges) == 4
-    assert len(journal.read_text().splitlines()) == 4
+    after, answers_after = _journal(tmp_path / "unseeded")
+    assert [c["stage"] for c in after] == ["label_histogram", "voting", "voting", "voting"]
+    assert [c.to_json() for c in resumed.ledger.charges] == after
+    assert {i: answers_after[i] for i in answers} == answers  # the released votes, reused
+    assert resumed.ledger.spent() <= 2.0
+    # a second restart of the finished folder releases nothing new
+    again = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert _journal(tmp_path / "unseeded")[0] == after
+    assert again.result.texts == resumed.result.texts
+
+
+def test_a_kill_before_the_first_checkpoint_forgets_no_release(tmp_path, tickets):
+    config = make_config(tmp_path, tickets, "dpga", out="early")
+    with pytest.raises(_Crash):  # the first keyword probe: metadata released, no checkpoint
+        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(1))
+    assert not list((tmp_path / "early" / "checkpoints").glob("step-*"))
+    before, _ = _journal(tmp_path / "early")
+    assert [c["stage"] for c in before] == ["length_range_svt", "length_range_svt",
+                                            "label_histogram", "length_histogram"]
+    resumed = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    after, _ = _journal(tmp_path / "early")
+    assert after[: len(before)] == before
+    assert [c.to_json() for c in resumed.ledger.charges] == after
+    privacy = json.loads(resumed.privacy.read_text())
+    assert privacy["breakdown"]["length_range_svt"]["releases"] == 2
+    assert privacy["spent"]["epsilon"] <= 2.0
+
+
+def test_a_changed_budget_in_the_same_folder_is_refused(tmp_path, tickets):
+    from dpsynth.errors import InputError
+
+    with pytest.raises(_Crash):
+        run(make_config(tmp_path, tickets, "pe", out="o"), embedder=HashEmbedder(),
+            generator=CrashingGenerator(2))
+    with pytest.raises(InputError, match="new output folder"):
+        run(make_config(tmp_path, tickets, "pe", out="o", epsilon=4.0),
+            embedder=HashEmbedder(), generator=RecordingGenerator())
 
 
 class FlakyGenerator(RecordingGenerator):

@@ -93,14 +93,16 @@ def test_self_similarity_recovers_the_mean(ledger):
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     data = PrivateDataset([f"t{i}" for i in range(400)])
     truth = float(np.mean((emb @ emb.T)[np.triu_indices(400, 1)]))
-    estimate = dp_self_similarity(data, emb, NoisyMean(BIG, -2.0, 2.0), ledger, NoiseSource(0))
+    estimate = dp_self_similarity(data, emb, NoisyMean(BIG, -2.0, 2.0), 100, ledger,
+                                  NoiseSource(0))
     assert estimate == pytest.approx(truth, abs=0.05)
 
 
 def test_self_similarity_refuses_narrow_bounds(ledger):
     data = PrivateDataset(["a", "b"])
     with pytest.raises(ValueError, match="cover"):
-        dp_self_similarity(data, np.eye(2), NoisyMean(1.0, -1.0, 1.0), ledger, NoiseSource(0))
+        dp_self_similarity(data, np.eye(2), NoisyMean(1.0, -1.0, 1.0), 4, ledger,
+                           NoiseSource(0))
 
 
 def test_class_keywords_prefer_distinctive_terms():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.data.io import Format
 
@@ -29,8 +29,26 @@ class DataConfig(BaseModel):
     )
     max_chars: int = Field(4000, gt=0, description="cap on a text's length in characters")
     over_length: Literal["truncate", "reject"] = "truncate"
-    duplicates: Literal["drop", "keep"] = "drop"
+    duplicates: Literal["keep", "drop"] = Field(
+        "keep", description="`drop` removes a text a user repeats (needs user_column); texts "
+        "repeated across units are always kept, each unit its own"
+    )
     max_records_per_user: int = Field(
-        1, ge=1, description="contribution bound k: records kept per user, chosen reproducibly"
+        1, ge=1, description="contribution bound k: records kept per user, chosen by a hash of "
+        "each record so that one user's choice reads none of the others'"
     )
     min_examples_per_label: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _dedupe_within_units(self) -> DataConfig:
+        if self.duplicates == "drop" and self.user_column is None:
+            raise ValueError(
+                "duplicates: drop needs a user_column: without one every record is its own "
+                "unit, and dropping one record's text because another record has it would "
+                "make one unit's presence remove another's; keep duplicates or name the users")
+        return self
+
+    @property
+    def records_per_unit(self) -> int:
+        """k: what one privacy unit may hold, fixed by the config, never read off the data."""
+        return self.max_records_per_user if self.user_column else 1

@@ -37,8 +37,10 @@ class SupportsEncode(Protocol):
 class PrivateDataset:
     """Private records (text, optional label) grouped into privacy units.
 
-    `records_per_unit` is the most records any one unit holds: the factor by which one unit
-    can move a per-record count, which ops multiply into their sensitivity.
+    `records_per_unit` is the configured bound k on the records one unit may hold (the
+    factor by which one unit can move a per-record count, which sensitivities use). It is a
+    public parameter, never the data's own maximum: a sensitivity read off the data would
+    differ between neighbouring datasets.
     """
 
     __slots__ = ("_label_codes", "_texts", "_units", "label_names", "records_per_unit")
@@ -50,6 +52,7 @@ class PrivateDataset:
         labels: Sequence[str] | None = None,
         label_names: Sequence[str] | None = None,
         units: Sequence[int] | None = None,
+        records_per_unit: int = 1,
     ) -> None:
         if not texts:
             raise InputError("a private dataset needs at least one record")
@@ -72,8 +75,13 @@ class PrivateDataset:
         unit_ids = np.arange(len(texts)) if units is None else np.asarray(units, dtype=np.int64)
         if len(unit_ids) != len(texts):
             raise InputError("units and texts differ in length")
+        if records_per_unit < 1:
+            raise InputError(f"records_per_unit must be at least 1, got {records_per_unit}")
+        if np.bincount(np.unique(unit_ids, return_inverse=True)[1]).max() > records_per_unit:
+            raise InputError(f"a privacy unit holds more than records_per_unit="
+                             f"{records_per_unit} records; bound contributions first")
         self._units = unit_ids
-        self.records_per_unit = int(np.bincount(np.unique(unit_ids, return_inverse=True)[1]).max())
+        self.records_per_unit = records_per_unit
 
     @property
     def n_records(self) -> int:
@@ -107,7 +115,7 @@ class PrivateDataset:
         """The raw private texts, for one of the purposes in `Access`."""
         if not isinstance(access, Access):
             raise TypeError("name the purpose with dpsynth.data.Access")
-        log.debug("private texts read for %s (%d records)", access.value, self.n_records)
+        log.debug("private texts read for %s", access.value)
         return list(self._texts)
 
     def label_codes(self, access: Access) -> np.ndarray:

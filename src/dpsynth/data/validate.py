@@ -6,7 +6,7 @@ Rows are numbered from 1 in file order, the header not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -15,32 +15,16 @@ from dpsynth.errors import DataError
 
 
 @dataclass(frozen=True)
-class ValidationReport:
-    """What cleaning did: counts only, safe to log."""
-
-    rows_read: int
-    truncated: int = 0
-    duplicate_rows: tuple[int, ...] = field(default=())
-    duplicates_dropped: int = 0
-
-    def summary(self) -> str:
-        parts = [f"{self.rows_read} rows read"]
-        if self.truncated:
-            parts.append(f"{self.truncated} texts truncated")
-        if self.duplicate_rows:
-            action = "dropped" if self.duplicates_dropped else "kept"
-            parts.append(f"{len(self.duplicate_rows)} duplicate texts {action}")
-        return ", ".join(parts)
-
-
-@dataclass(frozen=True)
 class CleanTable:
-    """Validated columns in file order (after the duplicate policy)."""
+    """Validated columns in file order (after the duplicate policy).
+
+    Holds no counts of what cleaning did: how many rows were truncated or dropped depends on
+    the private records, so it is neither logged nor printed (docs/privacy.md).
+    """
 
     texts: list[str]
     labels: list[str] | None
     users: list[str] | None
-    report: ValidationReport
 
 
 def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
@@ -57,7 +41,6 @@ def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
     labels = _required_strings(frame, spec.label_column, source, "label")
     users = _required_strings(frame, spec.user_column, source, "user id")
 
-    truncated = 0
     if any(len(t) > spec.max_chars for t in texts):
         if spec.over_length == "reject":
             row = next(i for i, t in enumerate(texts, start=1) if len(t) > spec.max_chars)
@@ -66,32 +49,30 @@ def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
                 "or set data.over_length: truncate",
                 path=source, row=row, field=spec.text_column,
             )
-        truncated = sum(len(t) > spec.max_chars for t in texts)
         texts = [t[: spec.max_chars] for t in texts]
 
-    seen: set[str] = set()
-    duplicate_rows = []
-    for row, text in enumerate(texts, start=1):
-        if text in seen:
-            duplicate_rows.append(row)
-        seen.add(text)
     keep = list(range(len(texts)))
-    if duplicate_rows and spec.duplicates == "drop":
-        dropped = {r - 1 for r in duplicate_rows}
-        keep = [i for i in keep if i not in dropped]
-
+    if spec.duplicates == "drop" and users is not None:
+        keep = _first_per_user(texts, users)
     texts = [texts[i] for i in keep]
     labels = [labels[i] for i in keep] if labels is not None else None
     users = [users[i] for i in keep] if users is not None else None
     if labels is not None:
         _check_label_counts(labels, [i + 1 for i in keep], spec, source)
-    report = ValidationReport(
-        rows_read=len(frame),
-        truncated=truncated,
-        duplicate_rows=tuple(duplicate_rows),
-        duplicates_dropped=len(duplicate_rows) if spec.duplicates == "drop" else 0,
-    )
-    return CleanTable(texts=texts, labels=labels, users=users, report=report)
+    return CleanTable(texts=texts, labels=labels, users=users)
+
+
+def _first_per_user(texts: list[str], users: list[str]) -> list[int]:
+    """Rows whose text this user has not written before. Only repeats within one user are
+    dropped: dropping a text because another unit wrote it first would let one unit's
+    presence remove another unit's record (add/remove would become replace)."""
+    seen: set[tuple[str, str]] = set()
+    keep = []
+    for i, pair in enumerate(zip(users, texts, strict=True)):
+        if pair not in seen:
+            seen.add(pair)
+            keep.append(i)
+    return keep
 
 
 def _text_column(values: list, spec: DataConfig, source: str) -> list[str]:

@@ -86,6 +86,8 @@ class Recipe(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
+    one_record_per_unit: ClassVar[bool] = False
+    """Recipes whose releases count one vote or one clipped gradient per unit need k = 1."""
 
     def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
         self.params = params
@@ -102,6 +104,15 @@ class Recipe(ABC):
                 + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
                 for e in exc.errors())
             raise ConfigError(details) from None
+
+    def validate(self, private: PrivateDataset) -> None:
+        """Refuse, from public facts (k, the label set, N) and before any release, a config
+        this recipe cannot run: a run must never stop half way for a precondition."""
+        if self.one_record_per_unit and private.records_per_unit != 1:
+            raise ConfigError(
+                f"data.max_records_per_user: recipe {self.name} counts one vote or one "
+                f"clipped gradient per privacy unit, so it needs 1 record per user, got "
+                f"{private.records_per_unit}; set data.max_records_per_user: 1")
 
     @abstractmethod
     def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:

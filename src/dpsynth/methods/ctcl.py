@@ -59,6 +59,7 @@ class CtclParams(LmTrainingParams):
 
 class Ctcl(Recipe):
     name: ClassVar[str] = "ctcl"
+    one_record_per_unit: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = CtclParams
     params: CtclParams
     uses_topics: ClassVar[bool] = True
@@ -71,10 +72,10 @@ class Ctcl(Recipe):
         p, k = self.params, private.records_per_unit
         stages = []
         if self.uses_topics:
-            stages.append(StageSpec("topic_histogram", "gaussian", 0.1, max_changed=k))
+            stages.append(StageSpec("topic_histogram", "gaussian", 0.1, sensitivity=k))
         if private.has_labels:
             stages.append(StageSpec("label_histogram", "gaussian", p.label_fraction,
-                                    max_changed=k))
+                                    sensitivity=k))
         rate = min(1.0, p.batch_size / max(1, private.n_units))
         rest = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec("training", "dp_sgd", rest, compositions=p.steps,
@@ -87,9 +88,6 @@ class Ctcl(Recipe):
     def run(self, ctx: RunContext) -> SyntheticSet:
         from dpsynth.backends.offline.generator import OfflineGenerator
 
-        if ctx.private.records_per_unit != 1:
-            raise ValueError("DP fine-tuning clips one record per sample: set "
-                             "data.max_records_per_user: 1")
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
         trained = ctx.checkpoints.folder / "model"
         if ctx.resumed is None:

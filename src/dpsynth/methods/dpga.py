@@ -59,12 +59,16 @@ class DpgaParams(BaseModel):
                                        "derive candidate keywords")
     keywords_per_sample: int = Field(3, ge=0)
     similarity_suppression: bool = True
+    similarity_buckets: int = Field(128, ge=1, description="hash buckets of the DP τ estimate: "
+                                    "one pair per bucket, so about min(B, N/2) pairs; fixed "
+                                    "by the config, never by N")
     use_length: bool = True
     use_keywords: bool = True
 
 
 class Dpga(Recipe):
     name: ClassVar[str] = "dpga"
+    one_record_per_unit: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = DpgaParams
     params: DpgaParams
 
@@ -74,10 +78,10 @@ class Dpga(Recipe):
         p, k = self.params, private.records_per_unit
         stages = [StageSpec("length_range_svt", "svt", 0.2, sensitivity=k, compositions=2)]
         if private.has_labels:
-            stages.append(StageSpec("label_histogram", "laplace", 0.1, max_changed=k))
-        stages.append(StageSpec("length_histogram", "laplace", 0.1, max_changed=k))
+            stages.append(StageSpec("label_histogram", "laplace", 0.1, sensitivity=k))
+        stages.append(StageSpec("length_histogram", "laplace", 0.1, sensitivity=k))
         if p.use_keywords and p.keywords_per_sample:
-            stages.append(StageSpec("keyword_histogram", "laplace", 0.1, max_changed=k))
+            stages.append(StageSpec("keyword_histogram", "laplace", 0.1, sensitivity=k))
         if p.similarity_suppression:
             stages.append(StageSpec("similarity_threshold", "noisy_mean", 0.05,
                                     sensitivity=2.0))
@@ -155,8 +159,8 @@ class Dpga(Recipe):
         tau = None
         if p.similarity_suppression:
             tau = dp_self_similarity(private, private_emb,
-                                     plan.stage("similarity_threshold").mechanism, ctx.ledger,
-                                     ctx.noise)
+                                     plan.stage("similarity_threshold").mechanism,
+                                     p.similarity_buckets, ctx.ledger, ctx.noise)
         meta = Metadata(labels, label_probs, edges, length_probs, keywords, weights)
         ctx.report({"iteration": 0, "length_range": [low, high], "tau": tau,
                     "epsilon_spent": ctx.ledger.spent()})

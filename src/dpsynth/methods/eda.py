@@ -81,6 +81,7 @@ class EdaParams(BaseModel):
 
 class Eda(Recipe):
     name: ClassVar[str] = "eda"
+    one_record_per_unit: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = EdaParams
     params: EdaParams
 

@@ -61,7 +61,7 @@ class KdTutor(Recipe):
         stages = []
         if self._tutored(private):
             stages.append(StageSpec("tutor", "gaussian", p.tutor_fraction,
-                                    max_changed=private.records_per_unit))
+                                    sensitivity=private.records_per_unit))
         rest = 1.0 - (p.tutor_fraction if self._tutored(private) else 0.0)
         stages.append(StageSpec("student_queries", p.noise, rest, max_changed=2,
                                 compositions=p.n_queries))
@@ -120,7 +120,7 @@ class KdTutor(Recipe):
         """M discriminators, each on its partition of the (deduplicated) private units."""
         private = ctx.private
         texts = private.texts(Access.LEDGERED_OP)
-        keep = _first_occurrences(texts)
+        keep = _first_per_unit(texts, private.unit_ids())
         units = private.unit_ids()[keep]
         unit_texts: dict[int, list[str]] = {}
         for i, unit in zip(keep, units, strict=True):
@@ -176,10 +176,11 @@ class _AlwaysPublic:
         return np.zeros(len(x), dtype=np.int64)
 
 
-def _first_occurrences(texts: list[str]) -> np.ndarray:
-    """Indices of the first copy of each distinct text: duplicates would let one record sit
-    in a partition twice (kd-tutor §3.4)."""
-    seen: dict[str, int] = {}
-    for i, text in enumerate(texts):
-        seen.setdefault(text, i)
+def _first_per_unit(texts: list[str], units: np.ndarray) -> np.ndarray:
+    """Indices of the first copy of each text within its unit: a unit's repeats would sit in
+    its partition twice (kd-tutor §3.4). Copies held by different units all stay: dropping
+    one because another unit holds it would let that unit move another's teacher."""
+    seen: dict[tuple[int, str], int] = {}
+    for i, (unit, text) in enumerate(zip(units.tolist(), texts, strict=True)):
+        seen.setdefault((unit, text), i)
     return np.array(sorted(seen.values()), dtype=np.int64)

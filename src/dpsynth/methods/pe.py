@@ -41,6 +41,7 @@ class PeParams(BaseModel):
 
 class PrivateEvolution(Recipe):
     name: ClassVar[str] = "pe"
+    one_record_per_unit: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = PeParams
     params: PeParams
 
@@ -49,7 +50,7 @@ class PrivateEvolution(Recipe):
         stages = []
         if p.label_fraction and private.has_labels:
             stages.append(StageSpec("label_histogram", "laplace", p.label_fraction,
-                                    max_changed=private.records_per_unit))
+                                    sensitivity=private.records_per_unit))
         voting = 1.0 - (p.label_fraction if private.has_labels else 0.0)
         stages.append(StageSpec("voting", "subsampled_gaussian", voting,
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))

@@ -86,6 +86,8 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     expected = max(1, round(config.sampling_rate * len(ids)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     start = checkpoints.resume_step if checkpoints else 0
+    if checkpoints:
+        checkpoints.discard_uncommitted()
     if start:
         checkpoints.load(model, optimizer)
     model.train()

@@ -2,7 +2,8 @@
 
 Each function reads private data, charges the ledger through a mechanism and returns only
 the noisy release (or what is computed from it). Sensitivities are per privacy unit: a unit
-holds at most `records_per_unit` records, each of which moves one count by one.
+holds at most k = `records_per_unit` records, each of which moves one count by one, and all k
+may land in the same bin: a histogram's sensitivity is k in one coordinate (L1 = L2 = k).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def word_lengths(texts: Sequence[str]) -> np.ndarray:
 
 def noisy_histogram(counts: np.ndarray, mechanism: Laplace, ledger: PrivacyLedger,
                     noise: NoiseSource, stage: str) -> np.ndarray:
-    """Laplace histogram of counts; `mechanism.max_changed` must cover a unit's records."""
+    """Laplace histogram of counts; `mechanism.sensitivity` must cover a unit's k records."""
     return np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=np.float64)
 
 

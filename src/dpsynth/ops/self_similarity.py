@@ -6,7 +6,9 @@ secret per-run key, into one of B buckets; bucket b contributes the cosine simil
 two units with the smallest hashes. Adding or removing one unit touches only its own bucket,
 whose value appears, disappears, or changes within [-1, 1]: so the centred sum moves by at most
 2 and the count by at most 1 — an ε-DP noisy mean over values clipped to [-2, 2] covers it.
-The hash depends on the unit's own text only, so no other unit's bucket moves.
+The hash depends on the unit's own text only, so no other unit's bucket moves. B is a public
+parameter (the recipe's config): a B derived from the data's size, such as N // 4, would differ
+between neighbours and re-hash every unit.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ def bucket_pair_similarities(embeddings: np.ndarray, texts: list[str], n_buckets
 
 
 def dp_self_similarity(private: PrivateDataset, private_embeddings: np.ndarray,
-                       mechanism: NoisyMean, ledger: PrivacyLedger, noise: NoiseSource,
-                       stage: str = "similarity_threshold") -> float:
+                       mechanism: NoisyMean, n_buckets: int, ledger: PrivacyLedger,
+                       noise: NoiseSource, stage: str = "similarity_threshold") -> float:
     """DP mean pairwise cosine similarity of the private set (one record per unit used)."""
+    if n_buckets < 1:
+        raise ValueError(f"n_buckets must be >= 1, got {n_buckets}")
     texts = private.texts(Access.LEDGERED_OP)
     _, first = np.unique(private.unit_ids(), return_index=True)
-    n_buckets = max(1, len(first) // 4)
     values = bucket_pair_similarities(private_embeddings[first], [texts[i] for i in first],
                                       n_buckets, noise.random_key())
     if mechanism.lower > -2.0 or mechanism.upper < 2.0:

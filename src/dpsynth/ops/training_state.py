@@ -53,6 +53,15 @@ class TrainingCheckpoints:
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
 
+    def discard_uncommitted(self) -> None:
+        """Remove states no recipe checkpoint names (a crash between writing one and
+        committing it): the resumed run retrains those steps under their journaled charges,
+        so the uncommitted state must not survive beside the new one."""
+        keep = self.path(self.resume_step) if self.resume_step else None
+        for state in self.folder.glob(f"{_PREFIX}*"):
+            if state != keep:
+                shutil.rmtree(state, ignore_errors=True)
+
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         source = self.path(self.resume_step)
         if not source.is_dir():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +21,15 @@ class BudgetConfig(BaseModel):
     split: dict[str, float] | None = Field(
         None, description="fraction of the budget per stage; each recipe has a default"
     )
+    noise: Literal["cryptographic", "seeded_not_private"] = Field(
+        "cryptographic", description="where DP noise comes from. `seeded_not_private` draws it "
+        "from the run's seed, so anyone with the seed can subtract it: a non-private "
+        "reproduction, labelled NOT PRIVATE in every output"
+    )
+
+    @property
+    def private(self) -> bool:
+        return self.noise == "cryptographic"
 
 
 def default_delta(n_units: int) -> float:

@@ -4,14 +4,21 @@
 `BudgetExceededError` — before anything is released; `release` charges a mechanism and only
 then draws its noise. The ledger saves to JSON (checkpoints, the run's privacy.json) and, on
 load, recomputes every figure from the recorded events rather than trusting stored numbers.
+
+A run that restarts in an output folder rebuilds its ledger from the folder's journal
+(`privacy/journal.py`) and `replay`s the releases made after the checkpoint it resumes from:
+the same call, in the same order, gets the recorded charge and noisy answer back instead of
+charging and drawing again. A call that differs ends the replay; every recorded charge stays.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +31,8 @@ from dpsynth.privacy.mechanisms import Mechanism
 from dpsynth.privacy.noise import NoiseSource
 
 FORMAT = "dpsynth.privacy-ledger/1"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,20 @@ class Charge:
     def from_json(cls, data: dict[str, Any]) -> Charge:
         return cls(data["stage"], event_from_json(data["event"]), data.get("mechanism", ""),
                    data.get("sensitivity"), data.get("noise_scale"))
+
+
+NOT_DRAWN = object()
+"""The answer of a journaled release whose noise was never drawn (or never written)."""
+
+
+@dataclass(frozen=True)
+class Journaled:
+    """A release an earlier process made for this output folder: its position in the
+    ledger, its charge and, when it was drawn and written down, its noisy answer."""
+
+    index: int
+    charge: Charge
+    output: Any = NOT_DRAWN
 
 
 @dataclass
@@ -77,6 +100,11 @@ class PrivacyLedger:
     on_charge: Callable[[Charge], None] | None = field(default=None, repr=False, compare=False)
     """Called after a charge is recorded and before its noise is drawn: a write-ahead hook
     so that a crash can never lose a release that may already have left the process."""
+    on_answer: Callable[[int, Any], None] | None = field(default=None, repr=False,
+                                                          compare=False)
+    """Called with (charge index, noisy answer) after the noise is drawn and before the
+    answer is returned: the journal writes it, so that a restart reuses it."""
+    _pending: deque = field(default_factory=deque, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -121,18 +149,52 @@ class PrivacyLedger:
         if self.on_charge is not None:
             self.on_charge(charge)
 
+    def replay(self, releases: Sequence[Journaled]) -> None:
+        """Expect these recorded releases (already among `charges`) to be asked for again, in
+        order, by a run resuming where they were made."""
+        self._pending = deque(releases)
+
+    def _replayed(self, stage: str, event: dp_event.DpEvent) -> Journaled | None:
+        """The next recorded release when this call repeats it; otherwise the replay ends
+        (its charges stay on the ledger) and None."""
+        if not self._pending:
+            return None
+        head = self._pending[0]
+        if head.charge.stage == stage and _same_event(head.charge.event, event):
+            return self._pending.popleft()
+        log.warning("the resumed run asked for a release the journal does not hold next "
+                    "(stage '%s'); the %d recorded release(s) not replayed stay charged",
+                    stage, len(self._pending))
+        self._pending.clear()
+        return None
+
     def charge(self, stage: str, event: dp_event.DpEvent, *, mechanism: str = "",
                sensitivity: float | None = None, noise_scale: float | None = None) -> Charge:
-        """Record a release; raises BudgetExceededError, recording nothing, when over budget."""
+        """Record a release; raises BudgetExceededError, recording nothing, when over budget.
+        A replayed release is already recorded: it is returned, not charged again."""
+        replayed = self._replayed(stage, event)
+        if replayed is not None:
+            return replayed.charge
         charge = Charge(stage, event, mechanism, sensitivity, noise_scale)
         self._commit(charge)
         return charge
 
     def release(self, stage: str, mechanism: Mechanism, values: Any, noise: NoiseSource) -> Any:
-        """Charge `mechanism` for `stage`, then — only then — draw its noisy answer."""
-        self.charge(stage, mechanism.event, mechanism=mechanism.kind,
-                    sensitivity=mechanism.sensitivity, noise_scale=mechanism.noise_scale)
-        return mechanism._release(values, noise)
+        """Charge `mechanism` for `stage`, then — only then — draw its noisy answer.
+
+        A replayed release returns the answer recorded for it (when one was), drawing anyway
+        so that a seeded stream stays where an uninterrupted run would have it."""
+        replayed = self._replayed(stage, mechanism.event)
+        if replayed is None:
+            self._commit(Charge(stage, mechanism.event, mechanism.kind, mechanism.sensitivity,
+                                mechanism.noise_scale))
+        answer = mechanism._release(values, noise)
+        if replayed is not None and replayed.output is not NOT_DRAWN:
+            return replayed.output
+        if self.on_answer is not None:
+            index = replayed.index if replayed is not None else len(self.charges) - 1
+            self.on_answer(index, answer)
+        return answer
 
     def spent(self) -> float:
         """Composed ε at the budget's δ (PLD accounting)."""
@@ -143,7 +205,10 @@ class PrivacyLedger:
         return max(0.0, self.epsilon - self.spent())
 
     def would_spend(self, event: dp_event.DpEvent) -> float:
-        """The composed ε if `event` were charged now; charges nothing."""
+        """The composed ε if `event` were charged now; charges nothing. The next replayed
+        release is already charged, so asking for it again costs nothing more."""
+        if self._pending and _same_event(self._pending[0].charge.event, event):
+            return self.spent()
         return self._compose(self._total, event).epsilon(self.delta)
 
     def spent_rdp(self) -> float:
@@ -190,6 +255,10 @@ class PrivacyLedger:
     @classmethod
     def from_json(cls, text: str) -> PrivacyLedger:
         return cls.from_dict(json.loads(text))
+
+
+def _same_event(a: dp_event.DpEvent, b: dp_event.DpEvent) -> bool:
+    return event_to_json(a) == event_to_json(b)
 
 
 def _event_composition(event: dp_event.DpEvent, discretization: float) -> _Composition:

@@ -8,6 +8,13 @@ Sensitivities are for adding or removing one privacy unit. Value releases work o
 grid: the query is divided by a power-of-two `granularity` (1 for counts); `integer_valued`
 queries must land on the grid exactly, other queries are rounded and their per-coordinate
 sensitivity grows by one grid step to cover the rounding.
+
+`linf_sensitivity` and `max_changed` describe how one unit moves a vector: at most
+`max_changed` coordinates, each by at most `linf_sensitivity`. A PATE vote (one teacher moves
+one vote) is (1, 2). A count histogram where a unit holds k records is (k, 1), not (1, k):
+the k records may all fall into one bin, and one coordinate moving by k costs more than k
+coordinates moving by one (for Laplace and Gaussian alike; tests/privacy check it against
+dp_accounting).
 """
 
 from __future__ import annotations

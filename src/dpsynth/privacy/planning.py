@@ -30,7 +30,8 @@ class StageSpec:
     """One stage of a recipe: `compositions` releases of one mechanism shape.
 
     `sensitivity` is the per-coordinate (L∞) sensitivity for laplace/gaussian, with
-    `max_changed` coordinates moving; the score sensitivity for svt/exponential; it must be 1
+    `max_changed` coordinates moving (a histogram of k records per unit: sensitivity k,
+    max_changed 1); the score sensitivity for svt/exponential; it must be 1
     for subsampled_gaussian and limited_domain. `selections` is k for exponential and
     limited_domain, whose fixed `delta` is spent per release outside the PLD. `dp_sgd` is a
     DP-SGD/DP-Adam step (noise drawn by opacus): its noise scale is the noise multiplier σ/C,

@@ -101,7 +101,7 @@ def render(artifacts: RunArtifacts, include_private: bool = False, samples: int 
         f"<title>dpsynth report: {name}</title><style>{_CSS}</style></head><body>"
         f"<h1>dpsynth report: {name}</h1>"
         f'<p class="meta">generated {stamp} by dpsynth {html.escape(__version__)}</p>'
-        f"{_version_banner(include_private)}"
+        f"{_not_private_banner(artifacts)}{_version_banner(include_private)}"
         f"<nav>{toc}</nav>{''.join(body)}</body></html>\n"
     )
 
@@ -111,6 +111,16 @@ def _test_is_private(a: RunArtifacts) -> bool:
     evaluation that does not say (an older metrics.json) counts as private."""
     meta = a.evaluation.metrics.get("meta", {}) if a.evaluation is not None else {}
     return (meta.get("real_test") or {}).get("private", True) is not False
+
+
+def _not_private_banner(a: RunArtifacts) -> str:
+    """A run whose DP noise came from its seed released nothing private: say so first."""
+    noise = ((a.config or {}).get("budget") or {}).get("noise")
+    if noise != "seeded_not_private":
+        return ""
+    return ('<p class="private"><strong>NOT PRIVATE</strong>: this run drew its DP noise from '
+            "its seed (budget.noise: seeded_not_private), so the noise can be regenerated and "
+            "subtracted. It is a reproduction, not a private release.</p>")
 
 
 def _version_banner(include_private: bool) -> str:

@@ -1,0 +1,157 @@
+"""The write-ahead journal of an output folder: every release ever made for it, in order.
+
+One JSON object a line, each fsynced before the process goes on:
+
+    {"header": {...}}                       the budget, the noise mode, the public seed
+    {"charge": {...}}                       a release's charge, before its noise is drawn
+    {"output": i, "value": ...}             release i's noisy answer, before it is used
+
+A release's noisy answer is public once drawn, so journaling it costs nothing; a run that
+restarts in the folder replays the journal instead of releasing again (`PrivacyLedger.replay`).
+The journal is only appended to. A line torn by a crash is dropped on the next open, by an
+atomic rewrite: a torn charge never had its noise drawn, a torn answer was never used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpsynth.errors import InputError
+from dpsynth.privacy.ledger import NOT_DRAWN, Charge, Journaled
+
+log = logging.getLogger(__name__)
+
+FORMAT = "dpsynth.journal/1"
+
+
+@dataclass(frozen=True)
+class JournalHeader:
+    """What a folder's releases were made under: a restart must agree on all of it."""
+
+    epsilon: float
+    delta: float
+    public_seed: int
+    noise: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "epsilon": self.epsilon, "delta": self.delta,
+                "public_seed": self.public_seed, "noise": self.noise}
+
+
+class Journal:
+    """Append-only, fsynced record of one output folder's releases."""
+
+    def __init__(self, path: Path, header: JournalHeader, releases: list[Journaled]) -> None:
+        self.path = path
+        self.header = header
+        self.releases = releases
+        """Every release recorded so far, oldest first (as read when opened)."""
+
+    @classmethod
+    def open(cls, path: Path, header: JournalHeader) -> Journal:
+        """The folder's journal, created with `header` when absent. An existing journal keeps
+        its own public seed; a different budget or noise mode is refused."""
+        path = Path(path)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(path, [{"header": header.to_json()}])
+            return cls(path, header, [])
+        lines, torn = _read_lines(path)
+        if not lines or "header" not in lines[0] or lines[0]["header"].get("format") != FORMAT:
+            raise InputError(f"{path}: not a dpsynth release journal (or one written by an "
+                             "older version); use a new output folder")
+        stored = lines[0]["header"]
+        if (stored["epsilon"], stored["delta"], stored["noise"]) != (
+                header.epsilon, header.delta, header.noise):
+            raise InputError(
+                f"{path.parent.parent}: its releases were made with ε={stored['epsilon']:g}, "
+                f"δ={stored['delta']:.3g}, noise {stored['noise']}; this config asks for "
+                f"ε={header.epsilon:g}, δ={header.delta:.3g}, noise {header.noise}: use a new "
+                "output folder for a new budget")
+        if torn:
+            log.warning("%s: dropping a line a crash left half written", path.name)
+            _atomic_write(path, lines)
+        header = JournalHeader(stored["epsilon"], stored["delta"], int(stored["public_seed"]),
+                               stored["noise"])
+        return cls(path, header, _releases(lines[1:]))
+
+    def append_charge(self, charge: Charge) -> None:
+        self._append({"charge": charge.to_json()})
+
+    def append_output(self, index: int, value: Any) -> None:
+        self._append({"output": index, "value": encode(value)})
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, allow_nan=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def _releases(lines: list[dict[str, Any]]) -> list[Journaled]:
+    charges, outputs = [], {}
+    for entry in lines:
+        if "charge" in entry:
+            charges.append(Charge.from_json(entry["charge"]))
+        else:
+            outputs[int(entry["output"])] = decode(entry["value"])
+    return [Journaled(i, charge, outputs.get(i, NOT_DRAWN)) for i, charge in enumerate(charges)]
+
+
+def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Parsed lines, and whether the last one was torn (unparseable or unterminated)."""
+    raw = path.read_text(encoding="utf-8")
+    parts = raw.split("\n")
+    complete, tail = parts[:-1], parts[-1]
+    lines = []
+    for number, text in enumerate(complete, start=1):
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            if number != len(complete):
+                raise InputError(f"{path}: line {number} is corrupt; the journal cannot be "
+                                 "trusted, use a new output folder") from None
+            return lines, True
+    return lines, bool(tail.strip())
+
+
+def _atomic_write(path: Path, lines: list[dict[str, Any]]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def encode(value: Any) -> Any:
+    """A mechanism's answer as JSON that `decode` turns back into an equal value."""
+    if isinstance(value, np.ndarray):
+        return {"ndarray": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, list | tuple):
+        return [encode(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"cannot journal a release answer of type {type(value).__name__}")
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return np.asarray(value["ndarray"], dtype=value["dtype"])
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value

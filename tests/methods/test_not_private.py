@@ -1,0 +1,96 @@
+"""A seed fixes public randomness only. DP noise comes from a CSPRNG unless the config says
+`budget.noise: seeded_not_private`, and such a run says NOT PRIVATE in every output."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpsynth.cli import main
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.report import write_report
+from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
+from tests.methods.test_recipes import PARAMS
+
+
+def _config(folder: Path, recipe: str, seed: int, noise: str, users: bool) -> Path:
+    texts, labels = ticket_texts(80)
+    frame = pd.DataFrame({"text": texts, "label": labels})
+    data = {"path": "private.csv", "label_column": "label"}
+    if users:
+        frame["user"] = [f"u{i % 50}" for i in range(len(frame))]
+        data |= {"user_column": "user"}
+    frame.to_csv(folder / "private.csv", index=False)
+    params = {**PARAMS[recipe], **({"label_fraction": 0.2} if recipe == "pe" else {})}
+    raw = {"data": data, "budget": {"epsilon": 2.0, "noise": noise},
+           "recipe": {"name": recipe, "params": params},
+           "output": {"dir": str(folder / "out")}, "seed": seed}
+    path = folder / "run.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+@pytest.fixture
+def fake_backends(monkeypatch):
+    monkeypatch.setattr("dpsynth.runner.build_embedder", lambda *a, **k: HashEmbedder())
+    monkeypatch.setattr("dpsynth.runner.build_generator", lambda *a, **k: RecordingGenerator())
+
+
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(recipe=st.sampled_from(sorted(PARAMS)), seed=st.integers(0, 2**31),
+       noise=st.sampled_from(["cryptographic", "seeded_not_private"]), users=st.booleans())
+def test_every_output_says_not_private_exactly_when_the_noise_was_seeded(
+        fake_backends, capsys, recipe, seed, noise, users):
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _run_cli(folder, recipe, seed, noise, users)
+        shown = capsys.readouterr().out
+        out = folder / "out"
+        outputs = {"CLI summary": shown,
+                   "privacy.json": (out / "privacy.json").read_text(),
+                   "run.log": (out / "run.log").read_text(),
+                   "report": write_report(out).read_text()}
+        seeded = noise == "seeded_not_private"
+        for name, text in outputs.items():
+            assert (("NOT PRIVATE" in text) or ("NOT_PRIVATE" in text)) == seeded, name
+        assert json.loads(outputs["privacy.json"])["private"] is not seeded
+
+
+def _run_cli(folder: Path, recipe: str, seed: int, noise: str, users: bool) -> None:
+    try:
+        main(["run", str(_config(folder, recipe, seed, noise, users))])
+    except SystemExit as done:
+        assert done.code in (0, None)
+
+
+def _released_label_histogram(out: Path) -> np.ndarray:
+    lines = [json.loads(x) for x in (out / "checkpoints" / "releases.jsonl").read_text()
+             .splitlines()]
+    charges = [e["charge"]["stage"] for e in lines if "charge" in e]
+    index = charges.index("label_histogram")
+    answer = next(e["value"] for e in lines if e.get("output") == index)
+    return np.asarray(answer["ndarray"])
+
+
+@pytest.mark.parametrize("noise", ["cryptographic", "seeded_not_private"])
+def test_the_seed_regenerates_the_noise_only_in_a_non_private_run(tmp_path, fake_backends,
+                                                                   noise):
+    """The attack of issue 15: regenerate the seeded stream, subtract it from the released
+    label histogram, read off the private counts."""
+    _run_cli(tmp_path, "pe", 0, noise, False)
+    released = _released_label_histogram(tmp_path / "out")
+    counts = np.bincount(pd.Series(ticket_texts(80)[1]).astype("category").cat.codes,
+                         minlength=4)
+    privacy = json.loads((tmp_path / "out" / "privacy.json").read_text())
+    scale = next(c["noise_scale"] for c in privacy["charges"] if c["stage"] == "label_histogram")
+    regenerated = counts + NoiseSource(0).discrete_laplace(scale, 4)
+    recovered = np.array_equal(released, regenerated)
+    assert recovered == (noise == "seeded_not_private")

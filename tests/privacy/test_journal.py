@@ -1,0 +1,111 @@
+"""The release journal: write-ahead, torn-line safe, and replayed release by release."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dpsynth.errors import InputError
+from dpsynth.privacy import Gaussian, Laplace
+from dpsynth.privacy.journal import Journal, JournalHeader, decode, encode
+from dpsynth.privacy.ledger import NOT_DRAWN, PrivacyLedger
+from dpsynth.privacy.noise import NoiseSource
+
+HEADER = JournalHeader(2.0, 1e-5, 11, "cryptographic")
+
+
+def _journaled_ledger(path):
+    journal = Journal.open(path, HEADER)
+    ledger = PrivacyLedger(2.0, 1e-5, charges=[r.charge for r in journal.releases])
+    ledger.on_charge, ledger.on_answer = journal.append_charge, journal.append_output
+    return journal, ledger
+
+
+def test_answers_round_trip_through_json():
+    values = [np.array([1.5, -2.0]), np.array([[1, 2]], dtype=np.int64), [np.array([3.0]), 4],
+              None, 7, 0.25, [1, 2]]
+    for value in values:
+        back = decode(json.loads(json.dumps(encode(value))))
+        if isinstance(value, np.ndarray):
+            assert back.dtype == value.dtype
+            np.testing.assert_array_equal(back, value)
+        elif isinstance(value, list) and isinstance(value[0], np.ndarray):
+            np.testing.assert_array_equal(back[0], value[0])
+            assert back[1] == 4
+        else:
+            assert back == value
+
+
+def test_a_restart_gets_each_recorded_answer_back_without_charging_again(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    _, ledger = _journaled_ledger(path)
+    first = ledger.release("hist", Laplace(2.0), [5, 9], NoiseSource())
+    ledger.charge("step", Gaussian(5.0).event)  # a charge whose noise another library draws
+    journal, restarted = _journaled_ledger(path)
+    assert [r.output is NOT_DRAWN for r in journal.releases] == [False, True]
+    assert restarted.spent() == pytest.approx(ledger.spent())
+    restarted.replay(journal.releases)
+    again = restarted.release("hist", Laplace(2.0), [5, 9], NoiseSource())
+    np.testing.assert_array_equal(again, first)  # the released answer, not a new draw
+    restarted.charge("step", Gaussian(5.0).event)
+    assert len(restarted.charges) == 2
+    assert len(Journal.open(path, HEADER).releases) == 2  # nothing recorded twice
+
+
+def test_a_run_that_asks_for_something_else_keeps_every_recorded_charge(tmp_path, caplog):
+    path = tmp_path / "releases.jsonl"
+    _, ledger = _journaled_ledger(path)
+    ledger.release("hist", Laplace(2.0), [5, 9], NoiseSource())
+    ledger.release("hist", Laplace(2.0), [5, 9], NoiseSource())
+    journal, restarted = _journaled_ledger(path)
+    restarted.replay(journal.releases)
+    with caplog.at_level("WARNING"):
+        restarted.release("other", Laplace(4.0), [1], NoiseSource())
+    assert "stay charged" in caplog.text
+    assert [c.stage for c in restarted.charges] == ["hist", "hist", "other"]
+
+
+def test_the_next_replayed_release_costs_nothing_more(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    _, ledger = _journaled_ledger(path)
+    ledger.release("hist", Laplace(1.0), [1], NoiseSource())
+    journal, restarted = _journaled_ledger(path)
+    restarted.replay(journal.releases)
+    assert restarted.would_spend(Laplace(1.0).event) == pytest.approx(restarted.spent())
+    assert restarted.would_spend(Laplace(2.0).event) > restarted.spent()
+
+
+def test_a_torn_last_line_is_dropped_and_appending_goes_on(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    _, ledger = _journaled_ledger(path)
+    ledger.release("hist", Laplace(2.0), [5], NoiseSource())
+    with path.open("a") as handle:
+        handle.write('{"charge": {"stage": "to')  # the process died mid-write
+    journal, restarted = _journaled_ledger(path)
+    assert len(journal.releases) == 1
+    restarted.release("more", Laplace(2.0), [1], NoiseSource())
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [next(iter(e)) for e in lines] == ["header", "charge", "output", "charge", "output"]
+
+
+def test_a_corrupt_line_inside_the_journal_is_refused(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    _, ledger = _journaled_ledger(path)
+    ledger.release("hist", Laplace(2.0), [5], NoiseSource())
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
+    with pytest.raises(InputError, match="line 2 is corrupt"):
+        Journal.open(path, HEADER)
+
+
+def test_another_budget_or_noise_mode_is_refused_and_the_seed_is_kept(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    Journal.open(path, HEADER)
+    with pytest.raises(InputError, match="new output folder"):
+        Journal.open(path, JournalHeader(4.0, 1e-5, 11, "cryptographic"))
+    with pytest.raises(InputError, match="new output folder"):
+        Journal.open(path, JournalHeader(2.0, 1e-5, 11, "seeded_not_private"))
+    assert Journal.open(path, JournalHeader(2.0, 1e-5, 99, "cryptographic")).header.public_seed \
+        == 11
