@@ -1,5 +1,6 @@
 """The command line: exit codes, one-line errors and help."""
 
+import re
 import subprocess
 import sys
 
@@ -65,3 +66,19 @@ def test_help_lists_every_command():
                             text=True, check=True)
     for command in ("run", "plan", "eval", "report"):
         assert command in result.stdout
+
+
+def test_plan_prints_public_facts_only(tmp_path, capsys):
+    """Rows read, truncated, duplicated or bounded away depend on the private file: the plan
+    and the log show N, k and the labels, never those counts."""
+    rows = ["text,label,user"] + [f"ticket {i} {'x' * (i % 3) * 40},{'ab'[i % 2]},u{i % 7}"
+                                  for i in range(40)] + ["ticket 1 ,b,u1"] * 3
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    path = write_config(tmp_path, tmp_path / "d.csv", user_column="user", max_chars=60,
+                        duplicates="drop")
+    main(["plan", str(path)])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert "N = 7 (user-level, k = 1" in shown
+    for word in ("rows", "truncated", "duplicate", "dropped", r"\b43\b", r"\b40\b"):
+        assert not re.search(word, shown), word
