@@ -21,8 +21,8 @@ from dpsynth.privacy import mechanisms as m
 from dpsynth.privacy.calibration import calibrate, epsilon_of
 from dpsynth.privacy.events import additive_delta, rdp_epsilon
 
-MechanismKind = Literal["laplace", "gaussian", "subsampled_gaussian", "svt", "exponential",
-                        "limited_domain", "noisy_mean", "dp_sgd"]
+MechanismKind = Literal["laplace", "gaussian", "subsampled_gaussian", "svt", "limited_domain",
+                        "noisy_mean", "dp_sgd"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class StageSpec:
 
     `sensitivity` is the per-coordinate (L∞) sensitivity for laplace/gaussian, with
     `max_changed` coordinates moving (a histogram of k records per unit: sensitivity k,
-    max_changed 1); the score sensitivity for svt/exponential; it must be 1
-    for subsampled_gaussian and limited_domain. `selections` is k for exponential and
+    max_changed 1); the query sensitivity for svt; it must be 1
+    for subsampled_gaussian and limited_domain. `selections` is k for
     limited_domain, whose fixed `delta` is spent per release outside the PLD. `dp_sgd` is a
     DP-SGD/DP-Adam step (noise drawn by opacus): its noise scale is the noise multiplier σ/C,
     its event a Poisson-sampled continuous Gaussian; one step per composition.
@@ -74,8 +74,6 @@ class StageSpec:
             return m.SubsampledGaussianHistogram(noise_scale, self.sampling_rate, 1)
         if kind == "svt":
             return m.AboveThreshold(2 * d / noise_scale, 0.0, d)
-        if kind == "exponential":
-            return m.ExponentialTopK(2 * d / noise_scale, self.selections, d)
         if kind == "noisy_mean":  # values in [-d, d]; the scale is the count's Laplace b
             probe = m.NoisyMean(1.0, -d, d)
             return m.NoisyMean(probe.noise_scale / noise_scale, -d, d)

@@ -317,9 +317,3 @@ class OfflineGenerator(Generator):
                 for p, c in zip(prompts, continuations, strict=True)]
         return continuation_logprobs(self.model, rows, self.classes.eos, self.context,
                                      self.batch_size)
-
-    def token_perplexity(self, texts: Sequence[str],
-                         fields: Sequence[fmt.Fields] | None = None) -> float:
-        """Perplexity of a corpus: exp of the mean negative log-likelihood per token."""
-        nll, count = self._nll(list(texts), fields)
-        return float(np.exp(nll.sum() / max(1, count.sum())))

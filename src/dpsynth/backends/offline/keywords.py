@@ -11,7 +11,6 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -42,6 +41,3 @@ class KeywordExtractor:
         counts = Counter(t for t in terms(text) if t in self.idf)
         scored = sorted(counts, key=lambda t: (-(1 + math.log(counts[t])) * self.idf[t], t))
         return tuple(scored[:k])
-
-    def top_many(self, texts: Sequence[str], k: int = 8) -> list[tuple[str, ...]]:
-        return [self.top(t, k) for t in texts]
