@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from dpsynth.backends.config import BackendsConfig
 from dpsynth.data.config import DataConfig
@@ -14,16 +21,23 @@ from dpsynth.data.io import Format
 from dpsynth.errors import ConfigError
 from dpsynth.privacy.config import BudgetConfig
 
-RecipeName = Literal["dpga", "pe", "ctcl", "dpft", "kd_tutor", "eda"]
-
 
 class RecipeConfig(BaseModel):
     """Which recipe runs; `params` are checked by the recipe's own model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: RecipeName
+    name: str = Field(description="a recipe in dpsynth.methods.registry.RECIPES")
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from dpsynth.methods.registry import RECIPES  # the one list of recipes
+
+        if name not in RECIPES:
+            raise ValueError(f"unknown recipe '{name}'; available: {', '.join(RECIPES)}")
+        return name
 
 
 class OutputConfig(BaseModel):
