@@ -6,8 +6,8 @@ import pytest
 
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import RunContext
-from dpsynth.methods.kd_tutor import KdTutor, _first_per_unit
-from dpsynth.ops.pate import noisy_argmax, partition_units, teacher_votes
+from dpsynth.methods.kd_tutor import KdTutor
+from dpsynth.ops.pate import first_per_unit, noisy_argmax, partition_units, teacher_votes
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Gaussian
 from dpsynth.privacy.noise import NoiseSource
@@ -49,9 +49,9 @@ def test_teacher_votes_count_each_teacher_once():
 
 def test_repeats_within_a_unit_are_dropped_copies_across_units_kept():
     texts = ["a", "b", "a", "c", "b"]
-    np.testing.assert_array_equal(_first_per_unit(texts, np.array([0, 0, 0, 1, 1])),
+    np.testing.assert_array_equal(first_per_unit(texts, np.array([0, 0, 0, 1, 1])),
                                   [0, 1, 3, 4])
-    np.testing.assert_array_equal(_first_per_unit(texts, np.arange(5)), np.arange(5))
+    np.testing.assert_array_equal(first_per_unit(texts, np.arange(5)), np.arange(5))
     parts = partition_units(texts, 5, b"k" * 16)
     assert parts[0] == parts[2] and parts[1] == parts[4]
 

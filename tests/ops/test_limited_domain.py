@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dpsynth.ops.limited_domain import dp_select_parents, with_domain
+from dpsynth.ops.nearest import Voters
 from dpsynth.privacy import Disjoint, LimitedDomainTopK, PrivacyLedger, epsilon_of, make_rng
 from tests.privacy.test_audit import epsilon_lower_bound
 
@@ -25,7 +26,7 @@ def test_votes_stay_within_a_label_and_one_charge_covers_all_labels():
     labels = np.array([0] * 60 + [1] * 60)
     ledger = PrivacyLedger(10.0, 1e-5)
     mech = LimitedDomainTopK(5.0, 1e-6, domain_size=2, k=1)
-    picked = dp_select_parents(private, labels, candidates, groups, mech, ledger,
+    picked = dp_select_parents(Voters(private, labels), candidates, groups, mech, ledger,
                                make_rng(0))
     assert picked == {0: [0], 1: [2]}
     assert ledger.breakdown()["selection"]["releases"] == 1

@@ -14,6 +14,7 @@ from dpsynth.ops.metadata import (
     dp_length_histogram,
     dp_length_range,
 )
+from dpsynth.ops.nearest import Voters
 from dpsynth.ops.self_similarity import bucket_pair_similarities, dp_self_similarity
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import AboveThreshold, Laplace, NoisyMean
@@ -65,7 +66,8 @@ def test_length_histogram(ledger):
 def test_keyword_votes_stay_within_each_label(ledger):
     private = np.eye(3, dtype=np.float32)[[0, 0, 1, 2]]
     keywords = np.eye(3, dtype=np.float32)
-    votes = dp_keyword_votes(private, np.array([0, 0, 1, 1]), keywords, np.array([0, 1, 1]),
+    votes = dp_keyword_votes(Voters(private, np.array([0, 0, 1, 1])), keywords,
+                             np.array([0, 1, 1]),
                              Laplace(1 / BIG), ledger, NoiseSource(0))
     # label 0 votes only keyword 0; label 1's records vote among keywords 1 and 2
     np.testing.assert_allclose(votes, [2, 1, 1], atol=1e-2)

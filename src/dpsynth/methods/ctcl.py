@@ -22,10 +22,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import Access, PrivateDataset
+from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.conditions import allocate, keep_produced
-from dpsynth.ops.metadata import to_distribution
+from dpsynth.ops.metadata import dp_label_distribution, to_distribution
 from dpsynth.ops.topics import TopicModel, dp_topic_histogram
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
@@ -137,11 +137,8 @@ class Ctcl(Recipe):
     def _labels(self, ctx: RunContext, plan: BudgetPlan) -> list[float] | None:
         if not ctx.private.has_labels:
             return None
-        counts = np.bincount(ctx.private.label_codes(Access.LEDGERED_OP),
-                             minlength=len(ctx.private.label_names or ()))
-        noisy = ctx.ledger.release("label_histogram", plan.stage("label_histogram").mechanism,
-                                   counts, ctx.noise)
-        return to_distribution(noisy).tolist()
+        return dp_label_distribution(ctx.private, plan.stage("label_histogram").mechanism,
+                                     ctx.ledger, ctx.noise).tolist()
 
     def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict,
                assigned: np.ndarray | None, out: Path) -> None:
@@ -153,20 +150,18 @@ class Ctcl(Recipe):
         from dpsynth.backends.offline import format as fmt
         from dpsynth.backends.offline.generator import MAX_KEYWORDS
         from dpsynth.backends.offline.model import asset_dir, load_tokenizer
-        from dpsynth.ops.dp_training import DpTraining, dp_finetune
+        from dpsynth.ops.dp_training import DpTraining, dp_finetune, training_sequences
         from dpsynth.ops.training_state import TrainingCheckpoints
 
         p, private = self.params, ctx.private
         source = p.model or asset_dir()
         tokenizer = load_tokenizer(source)
-        names = private.label_names
-        codes = private.label_codes(Access.LEDGERED_OP) if names else None
         table = state["topic_keywords"]
-        texts = private.texts(Access.LOCAL_DP_TRAINING)
-        sequences = [tokenizer.encode(fmt.document_sequence(fmt.Fields(
-            label=names[codes[i]] if names else None,
-            keywords=tuple(table[assigned[i]][:MAX_KEYWORDS]) if assigned is not None else ()),
-            text)).ids for i, text in enumerate(texts)]
+        sequences = training_sequences(private, lambda i, label, text: tokenizer.encode(
+            fmt.document_sequence(fmt.Fields(
+                label=label,
+                keywords=tuple(table[assigned[i]][:MAX_KEYWORDS]) if assigned is not None
+                else ()), text)).ids)
         stage = plan.stage("training")
         model = GPT2LMHeadModel.from_pretrained(source, dtype=torch.float32)
         config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import Access, PrivateDataset
+from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.conditions import Metadata, allocate, keep_produced, mask_words, softmax
 from dpsynth.ops.keywords import class_keywords
@@ -29,6 +29,7 @@ from dpsynth.ops.metadata import (
     dp_length_histogram,
     dp_length_range,
 )
+from dpsynth.ops.nearest import Voters, private_voters
 from dpsynth.ops.self_similarity import dp_self_similarity
 from dpsynth.ops.suppression import select_distinct
 from dpsynth.ops.voting import dp_nearest_votes
@@ -100,12 +101,11 @@ class Dpga(Recipe):
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
-        private_emb = ctx.embed_private()
+        voters = private_voters(ctx.private, ctx.embed_private())
         labels = ctx.private.label_names
-        private_codes = (ctx.private.label_codes(Access.LEDGERED_OP) if labels else None)
 
         if ctx.resumed is None:
-            meta, tau = self._metadata(ctx, plan, private_emb, private_codes)
+            meta, tau = self._metadata(ctx, plan, voters)
             population = self._initial(ctx, meta)
             ctx.save(0, self._state(meta, tau, population))
             start = 0
@@ -119,9 +119,8 @@ class Dpga(Recipe):
             texts, pop_labels = population
             pop_emb = ctx.embed_public(texts)
             pop_codes = (np.array([labels.index(y) for y in pop_labels]) if labels else None)
-            votes = dp_nearest_votes(private_emb, private_codes, pop_emb, pop_codes,
-                                     vote_mechanism, ctx.ledger, ctx.noise,
-                                     ctx.private.records_per_unit)
+            votes = dp_nearest_votes(voters, pop_emb, pop_codes, vote_mechanism, ctx.ledger,
+                                     ctx.noise, ctx.private.records_per_unit)
             elites, tau_used = self._select(votes, pop_emb, pop_labels, meta, tau)
             ctx.report({"iteration": t + 1, "population": len(texts), "elites": len(elites),
                         "tau": tau_used, "noisy_votes_total": float(votes.sum()),
@@ -137,8 +136,8 @@ class Dpga(Recipe):
 
     # -- metadata (§3.2) -------------------------------------------------------------------
 
-    def _metadata(self, ctx: RunContext, plan: BudgetPlan, private_emb: np.ndarray,
-                  private_codes: np.ndarray | None) -> tuple[Metadata, float | None]:
+    def _metadata(self, ctx: RunContext, plan: BudgetPlan,
+                  voters: Voters) -> tuple[Metadata, float | None]:
         p, private = self.params, ctx.private
         labels = private.label_names
         low, high = dp_length_range(private, plan.stage("length_range_svt").mechanism,
@@ -154,11 +153,10 @@ class Dpga(Recipe):
         weights: dict[str, np.ndarray] = {}
         if p.use_keywords and p.keywords_per_sample:
             keywords = p.keywords or self._public_keywords(ctx, labels)
-            keywords, weights = self._weigh_keywords(ctx, plan, keywords, private_emb,
-                                                     private_codes)
+            keywords, weights = self._weigh_keywords(ctx, plan, keywords, voters)
         tau = None
         if p.similarity_suppression:
-            tau = dp_self_similarity(private, private_emb,
+            tau = dp_self_similarity(private, voters.embeddings,
                                      plan.stage("similarity_threshold").mechanism,
                                      p.similarity_buckets, ctx.ledger, ctx.noise)
         meta = Metadata(labels, label_probs, edges, length_probs, keywords, weights)
@@ -179,8 +177,7 @@ class Dpga(Recipe):
         return class_keywords(probes, self.params.keywords_per_label)
 
     def _weigh_keywords(self, ctx: RunContext, plan: BudgetPlan,
-                        keywords: dict[str, list[str]], private_emb: np.ndarray,
-                        private_codes: np.ndarray | None
+                        keywords: dict[str, list[str]], voters: Voters
                         ) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
         labels = ctx.private.label_names
         flat = [(key, word) for key, words in keywords.items() for word in words]
@@ -190,8 +187,7 @@ class Dpga(Recipe):
         keyword_codes = (np.array([labels.index(k) if k in labels else -1 for k in keys])
                          if labels else None)
         mechanism = plan.stage("keyword_histogram").mechanism
-        votes = dp_keyword_votes(private_emb, private_codes,
-                                 ctx.embed_public([w for _, w in flat]), keyword_codes,
+        votes = dp_keyword_votes(voters, ctx.embed_public([w for _, w in flat]), keyword_codes,
                                  mechanism, ctx.ledger, ctx.noise)
         weights = {}
         for key in keywords:

@@ -32,11 +32,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import Access, PrivateDataset
+from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.eda import GaussianModel, estimate
 from dpsynth.ops.limited_domain import dp_select_parents, with_domain
+from dpsynth.ops.nearest import private_voters
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
 from dpsynth.privacy.planning import StageSpec
 
@@ -115,8 +116,7 @@ class Eda(Recipe):
         mechanism = with_domain(plan.stage("selection").mechanism, p.domain_size)
         labels = ctx.private.label_names
         groups: list[str | None] = list(labels) if labels else [None]
-        private_emb = ctx.embed_private()
-        private_codes = ctx.private.label_codes(Access.LEDGERED_OP) if labels else None
+        voters = private_voters(ctx.private, ctx.embed_private())
         pop_sizes = _even(p.n_offspring, len(groups))
         _warn_of_the_bar(mechanism, max(int(pop_sizes.max()),
                                         int(_even(p.n_public, len(groups)).max())),
@@ -135,11 +135,8 @@ class Eda(Recipe):
             pops = {g: self._population(ctx, state, g, t, int(pop_sizes[g])) for g in live}
             emb = np.concatenate([pops[g] for g in live])
             codes = np.concatenate([np.full(len(pops[g]), g) for g in live])
-            voters = (np.ones(len(private_emb), dtype=bool) if private_codes is None
-                      else np.isin(private_codes, live))
-            picked = dp_select_parents(
-                private_emb[voters], None if private_codes is None else private_codes[voters],
-                emb, codes, mechanism, ctx.ledger, ctx.noise, ctx.private.records_per_unit)
+            picked = dp_select_parents(voters, emb, codes, mechanism, ctx.ledger, ctx.noise,
+                                       ctx.private.records_per_unit)
             selected: dict[str, int] = {}
             kept_by_label: dict[str, int] = {}
             for g in live:

@@ -20,11 +20,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import Access, PrivateDataset
+from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.conditions import allocate, keep_produced
-from dpsynth.ops.metadata import to_distribution
-from dpsynth.ops.pate import label_within_budget, partition_units, train_discriminator
+from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.ops.pate import label_within_budget, train_discriminator, train_teachers
 from dpsynth.privacy.mechanisms import Gaussian, Laplace
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
@@ -112,29 +112,13 @@ class KdTutor(Recipe):
                            groups: list) -> np.ndarray:
         if not self._tutored(ctx.private):
             return np.full(len(groups), 1.0 / len(groups))
-        counts = np.bincount(ctx.private.label_codes(Access.LEDGERED_OP), minlength=len(groups))
-        noisy = ctx.ledger.release("tutor", plan.stage("tutor").mechanism, counts, ctx.noise)
-        return to_distribution(noisy)
+        return dp_label_distribution(ctx.private, plan.stage("tutor").mechanism, ctx.ledger,
+                                     ctx.noise, stage="tutor")
 
     def _teachers(self, ctx: RunContext, negatives: np.ndarray) -> list:
-        """M discriminators, each on its partition of the (deduplicated) private units."""
-        private = ctx.private
-        texts = private.texts(Access.LEDGERED_OP)
-        keep = _first_per_unit(texts, private.unit_ids())
-        units = private.unit_ids()[keep]
-        unit_texts: dict[int, list[str]] = {}
-        for i, unit in zip(keep, units, strict=True):
-            unit_texts.setdefault(int(unit), []).append(texts[i])
-        # a unit is hashed by its own texts, so no other unit can move its partition
-        ids = sorted(unit_texts)
-        hashed = partition_units(["\n".join(sorted(unit_texts[u])) for u in ids],
-                                 self.params.teachers, ctx.noise.random_key())
-        part_of_unit = dict(zip(ids, hashed.tolist(), strict=True))
-        parts = np.array([part_of_unit[int(u)] for u in units])
-        private_emb = ctx.embed_private(private.subset(keep))
-        return [train_discriminator(private_emb[parts == m], negatives, ctx.seed + m)
-                if (parts == m).any() else _AlwaysPublic()
-                for m in range(self.params.teachers)]
+        """M discriminators, each on its partition of the private units (kd-tutor §3.4)."""
+        return train_teachers(ctx.private, ctx.embed_private, negatives, self.params.teachers,
+                              ctx.noise.random_key(), ctx.seed)
 
     def _query(self, ctx: RunContext, plan: BudgetPlan, teachers: list,
                embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,20 +151,3 @@ class KdTutor(Recipe):
             rows = np.array([i for i, y in enumerate(labels) if y == label], dtype=np.int64)
             picked += rows[np.argsort(-scores[rows], kind="stable")[: int(quota)]].tolist()
         return picked
-
-
-class _AlwaysPublic:
-    """A teacher whose partition is empty: it has seen no private record."""
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        return np.zeros(len(x), dtype=np.int64)
-
-
-def _first_per_unit(texts: list[str], units: np.ndarray) -> np.ndarray:
-    """Indices of the first copy of each text within its unit: a unit's repeats would sit in
-    its partition twice (kd-tutor §3.4). Copies held by different units all stay: dropping
-    one because another unit holds it would let that unit move another's teacher."""
-    seen: dict[tuple[int, str], int] = {}
-    for i, (unit, text) in enumerate(zip(units.tolist(), texts, strict=True)):
-        seen.setdefault((unit, text), i)
-    return np.array(sorted(seen.values()), dtype=np.int64)

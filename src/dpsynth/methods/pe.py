@@ -19,10 +19,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import Access, PrivateDataset
+from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.ops.nearest import private_voters
 from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy.planning import StageSpec
 
@@ -65,8 +66,7 @@ class PrivateEvolution(Recipe):
         plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
         labels = ctx.private.label_names
         groups: list[str | None] = list(labels) if labels else [None]
-        private_emb = ctx.embed_private()
-        private_codes = ctx.private.label_codes(Access.LEDGERED_OP) if labels else None
+        voters = private_voters(ctx.private, ctx.embed_private())
 
         if ctx.resumed is None:
             probs = np.full(len(groups), 1.0 / len(groups))
@@ -91,8 +91,8 @@ class PrivateEvolution(Recipe):
             texts, pop_labels, probs = population
             pop_emb = ctx.embed_public(texts)
             pop_codes = np.array([groups.index(y) for y in pop_labels]) if labels else None
-            votes = dp_nearest_votes(private_emb, private_codes, pop_emb, pop_codes, mechanism,
-                                     ctx.ledger, ctx.noise, ctx.private.records_per_unit)
+            votes = dp_nearest_votes(voters, pop_emb, pop_codes, mechanism, ctx.ledger,
+                                     ctx.noise, ctx.private.records_per_unit)
             weights = np.where(votes >= p.threshold, votes, 0.0)
             rng = np.random.default_rng([ctx.seed, t + 1])
             picked = self._resample(weights, pop_labels, groups, probs, rng)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from dpsynth.data import Access, PrivateDataset
 from dpsynth.ops.training_state import TrainingCheckpoints
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.progress import track
@@ -54,6 +55,17 @@ class SequenceLoss(nn.Module):
         if self.reduction == "none":
             return per_sample
         return per_sample.sum() if self.reduction == "sum" else per_sample.mean()
+
+
+def training_sequences(private: PrivateDataset,
+                       document: Callable[[int, str | None, str], Sequence[int]]
+                       ) -> list[Sequence[int]]:
+    """Each private record as the token ids `document(index, label, text)` builds: the one
+    place the records' texts and labels are read for DP training."""
+    names = private.label_names
+    codes = private.label_codes(Access.LEDGERED_OP) if names else None
+    return [document(i, names[codes[i]] if names else None, text)
+            for i, text in enumerate(private.texts(Access.LOCAL_DP_TRAINING))]
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,

@@ -13,14 +13,14 @@ from dataclasses import replace
 import numpy as np
 
 from dpsynth.errors import InputError
-from dpsynth.ops.nearest import grouped_nearest
+from dpsynth.ops.nearest import Voters, grouped_nearest
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Disjoint, LimitedDomainTopK
 from dpsynth.privacy.noise import NoiseSource
 
 
-def dp_select_parents(private_embeddings: np.ndarray, private_groups: np.ndarray | None,
-                      candidate_embeddings: np.ndarray, candidate_groups: np.ndarray,
+def dp_select_parents(voters: Voters, candidate_embeddings: np.ndarray,
+                      candidate_groups: np.ndarray,
                       mechanism: LimitedDomainTopK, ledger: PrivacyLedger, noise: NoiseSource,
                       records_per_unit: int = 1,
                       stage: str = "selection") -> dict[int, list[int]]:
@@ -34,9 +34,10 @@ def dp_select_parents(private_embeddings: np.ndarray, private_groups: np.ndarray
         raise InputError("nearest-neighbour voting counts one vote per privacy unit: set "
                          "data.max_records_per_user: 1 for this recipe")
     groups = [int(g) for g in np.unique(candidate_groups)]
+    private_groups = voters.labels  # a record whose label has no candidates casts no vote
     if private_groups is None and len(groups) != 1:
         raise ValueError(f"unlabelled private data needs one candidate group, got {groups}")
-    targets = grouped_nearest(private_embeddings, private_groups, candidate_embeddings,
+    targets = grouped_nearest(voters.embeddings, private_groups, candidate_embeddings,
                               None if private_groups is None else candidate_groups)
     targets = targets[targets >= 0]
     pools = [np.flatnonzero(candidate_groups == g) for g in groups]

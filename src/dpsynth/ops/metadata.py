@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
-from dpsynth.ops.nearest import grouped_nearest
+from dpsynth.ops.nearest import Voters, grouped_nearest
 from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import AboveThreshold, Laplace
+from dpsynth.privacy.mechanisms import AboveThreshold, Gaussian, Laplace
 from dpsynth.privacy.noise import NoiseSource
 
 
@@ -24,7 +24,7 @@ def word_lengths(texts: Sequence[str]) -> np.ndarray:
     return np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
 
 
-def noisy_histogram(counts: np.ndarray, mechanism: Laplace, ledger: PrivacyLedger,
+def noisy_histogram(counts: np.ndarray, mechanism: Laplace | Gaussian, ledger: PrivacyLedger,
                     noise: NoiseSource, stage: str) -> np.ndarray:
     """Laplace histogram of counts; `mechanism.sensitivity` must cover a unit's k records."""
     return np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=np.float64)
@@ -38,9 +38,10 @@ def to_distribution(noisy_counts: np.ndarray) -> np.ndarray:
     return clipped / total if total > 0 else np.full(len(clipped), 1.0 / len(clipped))
 
 
-def dp_label_distribution(private: PrivateDataset, mechanism: Laplace, ledger: PrivacyLedger,
-                          noise: NoiseSource, stage: str = "label_histogram") -> np.ndarray:
-    """The label distribution, from a Laplace histogram of label counts."""
+def dp_label_distribution(private: PrivateDataset, mechanism: Laplace | Gaussian,
+                          ledger: PrivacyLedger, noise: NoiseSource,
+                          stage: str = "label_histogram") -> np.ndarray:
+    """The label distribution, from a noisy histogram of label counts (every recipe's)."""
     codes = private.label_codes(Access.LEDGERED_OP)
     counts = np.bincount(codes, minlength=len(private.label_names or ()))
     noisy = noisy_histogram(counts, mechanism, ledger, noise, stage)
@@ -86,13 +87,13 @@ def dp_length_histogram(private: PrivateDataset, low: int, high: int, n_bins: in
     return edges, to_distribution(noisy)
 
 
-def dp_keyword_votes(private_embeddings: np.ndarray, private_labels: np.ndarray | None,
-                     keyword_embeddings: np.ndarray, keyword_labels: np.ndarray | None,
+def dp_keyword_votes(voters: Voters, keyword_embeddings: np.ndarray,
+                     keyword_labels: np.ndarray | None,
                      mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
                      stage: str = "keyword_histogram") -> np.ndarray:
     """Noisy votes for keywords: each private record votes for its nearest keyword of its own
     label (dpga-textsyn §3.2.2), so one record moves one count; Laplace on the histogram."""
-    targets = grouped_nearest(private_embeddings, private_labels, keyword_embeddings,
+    targets = grouped_nearest(voters.embeddings, voters.labels, keyword_embeddings,
                               keyword_labels)
     counts = np.bincount(targets[targets >= 0], minlength=len(keyword_embeddings))
     return noisy_histogram(counts, mechanism, ledger, noise, stage)

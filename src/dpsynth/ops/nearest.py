@@ -7,7 +7,11 @@ exact blocked search keeps memory bounded and results deterministic.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from dpsynth.data import Access, PrivateDataset
 
 BLOCK_ROWS = 2048
 
@@ -58,3 +62,26 @@ def grouped_nearest(queries: np.ndarray, query_groups: np.ndarray | None,
         if len(pool):
             out[rows] = pool[nearest_indices(queries[rows], candidates[pool])]
     return out
+
+
+@dataclass(frozen=True)
+class Voters:
+    """Private records as nearest-neighbour voters: their embeddings and label codes.
+
+    Built by `private_voters` and read only by ops; a recipe holds one to hand it back. It
+    refuses pickling, like the dataset it comes from."""
+
+    embeddings: np.ndarray
+    labels: np.ndarray | None = None
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise TypeError("private voters must not reach a checkpoint, cache or worker")
+
+    def __repr__(self) -> str:
+        return "Voters(private)"
+
+
+def private_voters(private: PrivateDataset, embeddings: np.ndarray) -> Voters:
+    """The private set's voters; labels only where the data has them."""
+    codes = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
+    return Voters(np.asarray(embeddings), codes)

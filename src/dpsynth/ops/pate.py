@@ -9,11 +9,12 @@ aggregate's sensitivity.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from dpsynth.data import Access, PrivateDataset
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Gaussian, Laplace
 from dpsynth.privacy.noise import NoiseSource
@@ -34,6 +35,44 @@ def train_discriminator(positives: np.ndarray, negatives: np.ndarray,
     y = np.r_[np.ones(len(positives)), np.zeros(len(negatives))]
     model = LogisticRegression(max_iter=1000, class_weight="balanced", random_state=seed)
     return model.fit(x, y)
+
+
+def train_teachers(private: PrivateDataset,
+                   embed: Callable[[PrivateDataset], np.ndarray], negatives: np.ndarray,
+                   n_teachers: int, key: bytes, seed: int) -> list:
+    """`n_teachers` private-vs-public discriminators, teacher m on partition m of the private
+    units (each unit hashed by its own texts, so a new unit moves one teacher). A unit's
+    repeated texts count once; `embed` embeds private records (the run's private path)."""
+    texts = private.texts(Access.LEDGERED_OP)
+    keep = first_per_unit(texts, private.unit_ids())
+    units = private.unit_ids()[keep]
+    unit_texts: dict[int, list[str]] = {}
+    for i, unit in zip(keep, units, strict=True):
+        unit_texts.setdefault(int(unit), []).append(texts[i])
+    ids = sorted(unit_texts)
+    hashed = partition_units(["\n".join(sorted(unit_texts[u])) for u in ids], n_teachers, key)
+    part_of_unit = dict(zip(ids, hashed.tolist(), strict=True))
+    parts = np.array([part_of_unit[int(u)] for u in units])
+    private_emb = embed(private.subset(keep))
+    return [train_discriminator(private_emb[parts == m], negatives, seed + m)
+            if (parts == m).any() else _AlwaysPublic() for m in range(n_teachers)]
+
+
+def first_per_unit(texts: list[str], units: np.ndarray) -> np.ndarray:
+    """Indices of the first copy of each text within its unit: a unit's repeats would sit in
+    its partition twice (kd-tutor §3.4). Copies held by different units all stay: dropping
+    one because another unit holds it would let that unit move another's teacher."""
+    seen: dict[tuple[int, str], int] = {}
+    for i, (unit, text) in enumerate(zip(units.tolist(), texts, strict=True)):
+        seen.setdefault((unit, text), i)
+    return np.array(sorted(seen.values()), dtype=np.int64)
+
+
+class _AlwaysPublic:
+    """A teacher whose partition is empty: it has seen no private record."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.zeros(len(x), dtype=np.int64)
 
 
 def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray) -> np.ndarray:

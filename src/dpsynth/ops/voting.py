@@ -12,14 +12,14 @@ from dataclasses import replace
 import numpy as np
 
 from dpsynth.errors import InputError
-from dpsynth.ops.nearest import grouped_nearest
+from dpsynth.ops.nearest import Voters, grouped_nearest
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram
 from dpsynth.privacy.noise import NoiseSource
 
 
-def dp_nearest_votes(private_embeddings: np.ndarray, private_labels: np.ndarray | None,
-                     candidate_embeddings: np.ndarray, candidate_labels: np.ndarray | None,
+def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
+                     candidate_labels: np.ndarray | None,
                      mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
                      noise: NoiseSource, records_per_unit: int = 1,
                      stage: str = "voting") -> np.ndarray:
@@ -30,7 +30,7 @@ def dp_nearest_votes(private_embeddings: np.ndarray, private_labels: np.ndarray 
     if records_per_unit != 1:
         raise InputError("nearest-neighbour voting counts one vote per privacy unit: set "
                          "data.max_records_per_user: 1 for this recipe")
-    targets = grouped_nearest(private_embeddings, private_labels, candidate_embeddings,
+    targets = grouped_nearest(voters.embeddings, voters.labels, candidate_embeddings,
                               candidate_labels)
     mechanism = replace(mechanism, n_bins=len(candidate_embeddings))
     return ledger.release(stage, mechanism, targets[targets >= 0], noise)
