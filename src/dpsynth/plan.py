@@ -9,26 +9,30 @@ from rich.table import Table
 
 from dpsynth.config import RunConfig
 from dpsynth.data import PrivateDataset, load_private
+from dpsynth.methods.base import Recipe
 from dpsynth.methods.registry import build_recipe
 from dpsynth.privacy.config import resolve_delta
-from dpsynth.privacy.planning import plan_table
+from dpsynth.privacy.planning import BudgetPlan, plan_table
 
 
 @dataclass(frozen=True)
 class RunPlan:
     config: RunConfig
     data: PrivateDataset
-    epsilon: float
+    recipe: Recipe
     delta: float
+    budget: BudgetPlan
+    """Every release's mechanism and noise scale; the run releases with exactly these."""
 
 
 def make_plan(config: RunConfig) -> RunPlan:
-    """Load and validate the private set, resolve the budget against its unit count, and let
-    the recipe refuse a config it cannot run on: all before anything is released."""
+    """Load and validate the private set, resolve δ against its unit count, let the recipe
+    refuse a config it cannot run on, and plan its budget: all before anything is released."""
     data = load_private(config.data, config.base_dir)
     delta = resolve_delta(config.budget, data.n_units)
-    build_recipe(config.recipe, config.budget.split).validate(data)
-    return RunPlan(config, data, config.budget.epsilon, delta)
+    recipe = build_recipe(config.recipe, config.budget.split)
+    recipe.validate(data)
+    return RunPlan(config, data, recipe, delta, recipe.plan(data, config.budget.epsilon, delta))
 
 
 def print_plan(plan: RunPlan, console: Console) -> None:
@@ -42,15 +46,13 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     table.add_row("privacy units", f"N = {ds.n_units} ({unit}-level, k = "
                                    f"{ds.records_per_unit} record(s) per unit)")
     table.add_row("labels", ", ".join(ds.label_names) if ds.label_names else "none")
-    table.add_row("budget", f"ε = {plan.epsilon:g}, δ = {plan.delta:.3g}"
+    table.add_row("budget", f"ε = {cfg.budget.epsilon:g}, δ = {plan.delta:.3g}"
                   + ("" if cfg.budget.delta is not None else "  (δ = 1/(N·ln N))"))
     table.add_row("embedder", cfg.backends.embedder.name)
     table.add_row("generator", cfg.backends.generator.name)
     table.add_row("output", f"{cfg.output.dir} ({cfg.output.format})")
     console.print(table)
-    recipe = build_recipe(cfg.recipe, cfg.budget.split)
-    budget = recipe.plan(ds, plan.epsilon, plan.delta)
-    console.print(plan_table(budget, title=f"privacy plan: {cfg.recipe.name}"))
-    calls = recipe.expected_generations(ds)
+    console.print(plan_table(plan.budget, title=f"privacy plan: {cfg.recipe.name}"))
+    calls = plan.recipe.expected_generations(ds)
     console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
                   + f" (total {sum(calls.values()):,})")

@@ -25,7 +25,6 @@ from dpsynth.config import RunConfig
 from dpsynth.data import write_table
 from dpsynth.errors import InputError
 from dpsynth.methods.base import RunContext, SyntheticSet
-from dpsynth.methods.registry import build_recipe
 from dpsynth.plan import RunPlan, make_plan
 from dpsynth.privacy.journal import Journal, JournalHeader
 from dpsynth.privacy.ledger import PrivacyLedger
@@ -51,14 +50,12 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         generator: Generator | None = None, run_plan: RunPlan | None = None) -> RunOutputs:
     """Synthesise per `config`, resuming from the output folder's journal and checkpoints."""
     run_plan = run_plan or make_plan(config)
-    recipe = build_recipe(config.recipe, config.budget.split)
-    recipe.validate(run_plan.data)
     out = config.output.dir
     if not config.budget.private:
         log.warning(NOT_PRIVATE)
     store = CheckpointStore(out / "checkpoints")
     journal = Journal.open(out / "checkpoints" / "releases.jsonl", JournalHeader(
-        run_plan.epsilon, run_plan.delta,
+        config.budget.epsilon, run_plan.delta,
         config.seed if config.seed is not None else secrets.randbits(63),
         config.budget.noise))
     ledger, noise, resumed = _restore(journal, store.latest(), config)
@@ -84,9 +81,10 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         generator.load_state_dict(resumed[2]["generator"])
     ctx = RunContext(private=run_plan.data, ledger=ledger, noise=noise,
                      embedder=embedder, generator=generator, checkpoints=store, seed=seed,
+                     plan=run_plan.budget,
                      report=report, resumed=resumed[:2] if resumed else None,
                      allow_remote_embedding=backends.embedder.allow_remote_on_private)
-    result = recipe.run(ctx)
+    result = run_plan.recipe.run(ctx)
     usage = {"generator": generator.usage(), "embedder": embedder.usage(),
              "remote_embedding_of_private_text": bool(
                  embedder.is_remote and backends.embedder.allow_remote_on_private)}

@@ -75,7 +75,7 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
     plan = recipe.plan(private, ledger.epsilon, ledger.delta)
     ledger.charge("spent elsewhere", Gaussian(8.0).event)  # part of the budget is gone
     ctx = RunContext(private, ledger, NoiseSource(0), HashEmbedder(), RecordingGenerator(),
-                     CheckpointStore(tmp_path), seed=0)
+                     CheckpointStore(tmp_path), seed=0, plan=plan)
     embeddings = HashEmbedder().encode([f"candidate {i}" for i in range(80)])
     teachers = recipe._teachers(ctx, embeddings[:20])
     done, labels = recipe._query(ctx, plan, teachers, embeddings, np.arange(20, 80))

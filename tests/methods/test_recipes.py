@@ -254,6 +254,7 @@ def test_public_texts_are_embedded_once_per_run(tmp_path):
     from dpsynth.methods.base import RunContext
     from dpsynth.privacy.ledger import PrivacyLedger
     from dpsynth.privacy.noise import NoiseSource
+    from dpsynth.privacy.planning import BudgetPlan
 
     class CountingEmbedder(HashEmbedder):
         def __init__(self):
@@ -266,7 +267,8 @@ def test_public_texts_are_embedded_once_per_run(tmp_path):
 
     embedder = CountingEmbedder()
     ctx = RunContext(PrivateDataset(["p"]), PrivacyLedger(1.0, 1e-5), NoiseSource(0), embedder,
-                     RecordingGenerator(), CheckpointStore(tmp_path), seed=0)
+                     RecordingGenerator(), CheckpointStore(tmp_path), seed=0,
+                     plan=BudgetPlan(1.0, 1e-5))
     first = ctx.embed_public(["a", "b", "a"])
     second = ctx.embed_public(["b", "c"])
     assert embedder.seen == ["a", "b", "c"]

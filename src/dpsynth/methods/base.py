@@ -45,6 +45,9 @@ class RunContext:
     """Written through `save`, which adds the ledger and the noise state."""
     seed: int
     """Seed of the public randomness (conditions, masks, pairings); never of DP noise."""
+    plan: BudgetPlan
+    """The recipe's budget plan, made once by the runner from (ε, δ) and public facts: every
+    release's mechanism and noise scale. `dpsynth plan` prints this very plan."""
     report: Callable[[dict[str, Any]], None] = field(default=lambda row: None)
     """Per-iteration diagnostics, computed from DP releases and synthetic data only."""
     resumed: tuple[int, dict[str, Any]] | None = None

@@ -88,7 +88,7 @@ class Ctcl(Recipe):
     def run(self, ctx: RunContext) -> SyntheticSet:
         from dpsynth.backends.offline.generator import OfflineGenerator
 
-        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        plan = ctx.plan
         trained = ctx.checkpoints.folder / "model"
         if ctx.resumed is None:
             assigned, topic_probs = self._topics(ctx, plan)

@@ -100,7 +100,7 @@ class Dpga(Recipe):
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
-        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        plan = ctx.plan
         voters = private_voters(ctx.private, ctx.embed_private())
         labels = ctx.private.label_names
 

@@ -112,7 +112,7 @@ class Eda(Recipe):
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
         self._decoder.check_embedder(ctx.embedder)
-        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        plan = ctx.plan
         mechanism = with_domain(plan.stage("selection").mechanism, p.domain_size)
         labels = ctx.private.label_names
         groups: list[str | None] = list(labels) if labels else [None]

@@ -73,7 +73,7 @@ class KdTutor(Recipe):
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
-        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        plan = ctx.plan
         labels = ctx.private.label_names
         groups: list[str | None] = list(labels) if labels else [None]
         if ctx.resumed is None:

@@ -63,7 +63,7 @@ class PrivateEvolution(Recipe):
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         p = self.params
-        plan = self.plan(ctx.private, ctx.ledger.epsilon, ctx.ledger.delta)
+        plan = ctx.plan
         labels = ctx.private.label_names
         groups: list[str | None] = list(labels) if labels else [None]
         voters = private_voters(ctx.private, ctx.embed_private())
