@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dpsynth.privacy.journal import fsync_folder
+
 _PREFIX = "step-"
 
 
@@ -34,6 +36,7 @@ class CheckpointStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
+            fsync_folder(self.folder)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -50,14 +50,23 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         generator: Generator | None = None, run_plan: RunPlan | None = None) -> RunOutputs:
     """Synthesise per `config`, resuming from the output folder's journal and checkpoints."""
     run_plan = run_plan or make_plan(config)
-    out = config.output.dir
     if not config.budget.private:
         log.warning(NOT_PRIVATE)
-    store = CheckpointStore(out / "checkpoints")
-    journal = Journal.open(out / "checkpoints" / "releases.jsonl", JournalHeader(
+    unit = (f"user:{config.data.records_per_unit}" if config.data.user_column else "record")
+    journal = Journal.open(config.output.dir / "checkpoints" / "releases.jsonl", JournalHeader(
         config.budget.epsilon, run_plan.delta,
         config.seed if config.seed is not None else secrets.randbits(63),
-        config.budget.noise))
+        config.budget.noise, unit))
+    try:
+        return _run(config, run_plan, journal, embedder, generator)
+    finally:
+        journal.close()
+
+
+def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, embedder: Embedder | None,
+         generator: Generator | None) -> RunOutputs:
+    out = config.output.dir
+    store = CheckpointStore(out / "checkpoints")
     ledger, noise, resumed = _restore(journal, store.latest(), config)
     ledger.on_charge = journal.append_charge
     ledger.on_answer = journal.append_output
@@ -127,7 +136,7 @@ def _restore(journal: Journal, latest: tuple[int, dict[str, Any]] | None, config
         if recorded != envelope["ledger"]["charges"]:
             raise InputError(f"{config.output.dir}: its checkpoints and release journal "
                              "disagree; the spend cannot be trusted, use a new output folder")
-        noise = NoiseSource.from_state_dict(envelope["noise"])
+        noise = _noise_at(noise, envelope["noise"], config)
         resumed = (step, envelope["recipe"], envelope)
     later = journal.releases[position:]
     if later:
@@ -137,6 +146,17 @@ def _restore(journal: Journal, latest: tuple[int, dict[str, Any]] | None, config
     if journal.releases:
         log.info("resuming: ε spent so far %.4g", ledger.spent())
     return ledger, noise, resumed
+
+
+def _noise_at(noise: NoiseSource, saved: dict[str, Any], config: RunConfig) -> NoiseSource:
+    """The journal's noise mode decides; a checkpoint only says how far a seeded stream got.
+    A seeded state under a cryptographic journal (a journal deleted by hand) is refused."""
+    if saved.get("seed") != noise.seed:
+        raise InputError(f"{config.output.dir}: its checkpoints were made with another noise "
+                         "source than its release journal records; use a new output folder")
+    if noise.seeded:
+        noise.draws = int(saved["draws"])
+    return noise
 
 
 def _privacy_report(ledger: PrivacyLedger, config: RunConfig) -> dict[str, Any]:

@@ -51,3 +51,11 @@ def test_parquet_bytes_that_are_not_utf8(tmp_path):
     pd.DataFrame({"text": [b"good", b"\xff\xfe"]}).to_parquet(tmp_path / "b.parquet")
     with pytest.raises(DataError, match=r"b.parquet, row 2, field 'text': bytes that are not"):
         read_table(tmp_path / "b.parquet")
+
+
+def test_one_jsonl_record_cannot_change_the_type_of_the_others(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "a", "user": 9007199254740993}\n'
+                    '{"text": "b", "user": 2}\n{"text": "c", "user": 1.5}\n')
+    users = [str(u) for u in read_table(path)["user"]]
+    assert users == ["9007199254740993", "2", "1.5"]

@@ -119,3 +119,26 @@ def test_the_shipped_topic_model_is_what_ctcl_loads_by_default():
     assert np.allclose(np.linalg.norm(model.centroids, axis=1), 1.0, atol=1e-4)
     assert all(len(words) == 10 and all(w.strip() for w in words) for words in model.keywords)
     assert model.meta["paragraphs"] > 1000
+
+
+def test_ctcl_killed_after_training_exports_without_training_again(tmp_path, tickets, tiny_lm,
+                                                                   topics, monkeypatch):
+    from dpsynth.ops.training_state import TrainingCheckpoints
+
+    cfg = config(tmp_path, tickets, "ctcl", tiny_lm, topics, checkpoint_every=2)
+    save = TrainingCheckpoints.save
+
+    def commit_then_die(self, step, model, optimizer):
+        save(self, step, model, optimizer)
+        if step == 6:  # the final state is committed; the model folder is not written yet
+            raise _Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TrainingCheckpoints, "save", commit_then_die)
+        with pytest.raises(_Killed):
+            run(cfg, embedder=HashEmbedder(), generator=RecordingGenerator())
+    resumed = run(cfg, embedder=HashEmbedder(), generator=RecordingGenerator())
+    stages = [c.stage for c in resumed.ledger.charges]
+    assert stages.count("training") == 6  # no step trained twice
+    assert resumed.result.texts
+    assert not (cfg.output.dir / "checkpoints" / "training").exists()

@@ -274,3 +274,50 @@ def test_public_texts_are_embedded_once_per_run(tmp_path):
     assert embedder.seen == ["a", "b", "c"]
     assert first.shape == (3, embedder.dim) and (first[0] == first[2]).all()
     assert (second[0] == first[1]).all()
+
+
+def test_a_second_run_in_a_busy_folder_is_refused(tmp_path, tickets):
+    from dpsynth.errors import InputError
+    from dpsynth.privacy.journal import Journal, JournalHeader
+
+    config = make_config(tmp_path, tickets, "pe", out="busy")
+    holder = Journal.open(tmp_path / "busy" / "checkpoints" / "releases.jsonl",
+                          JournalHeader(2.0, 1e-4, 1, "cryptographic", "record"))
+    try:
+        with pytest.raises(InputError, match="another run is using this output folder"):
+            run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    finally:
+        holder.close()
+
+
+def test_a_changed_unit_of_privacy_in_the_same_folder_is_refused(tmp_path, tickets):
+    from dpsynth.errors import InputError
+
+    texts, labels = tickets
+    frame = pd.DataFrame({"text": texts, "label": labels, "user": [f"u{i}" for i in
+                                                                   range(len(texts))]})
+    frame.to_csv(tmp_path / "private.csv", index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label"},
+           "budget": {"epsilon": 2.0, "delta": 1e-4},
+           "recipe": {"name": "kd_tutor", "params": PARAMS["kd_tutor"]},
+           "output": {"dir": str(tmp_path / "o")}}
+    with pytest.raises(_Crash):
+        run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
+            generator=CrashingGenerator(1))
+    raw["data"] |= {"user_column": "user", "max_records_per_user": 3}
+    with pytest.raises(InputError, match="unit record.*unit user:3"):
+        run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
+
+
+def test_a_seeded_checkpoint_under_a_cryptographic_journal_is_refused(tmp_path, tickets):
+    from dpsynth.errors import InputError
+
+    seeded = make_config(tmp_path, tickets, "pe", out="o", noise="seeded_not_private",
+                         label_fraction=0.0)
+    with pytest.raises(_Crash):  # after checkpoint 0, which holds no charge
+        run(seeded, embedder=HashEmbedder(), generator=CrashingGenerator(2))
+    (tmp_path / "o" / "checkpoints" / "releases.jsonl").unlink()  # by hand, to switch modes
+    with pytest.raises(InputError, match="another noise source"):
+        run(make_config(tmp_path, tickets, "pe", out="o", label_fraction=0.0),
+            embedder=HashEmbedder(), generator=RecordingGenerator())

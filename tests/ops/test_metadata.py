@@ -113,3 +113,9 @@ def test_class_keywords_prefer_distinctive_terms():
     words = class_keywords(groups, 2)
     assert set(words["sport"]) == {"goal", "match"}
     assert set(words["money"]) == {"bank", "rate"}
+
+
+def test_bucket_values_are_cosines_whatever_the_embedder():
+    emb = np.array([[3.0, 0.0], [2.0, 0.0], [-3.0, 0.0], [1.0, 1.0]])
+    values = bucket_pair_similarities(emb, ["a", "b", "c", "d"], 1, b"k" * 16)
+    assert values.size == 1 and -1.0 <= values[0] <= 1.0

@@ -13,11 +13,12 @@ from dpsynth.privacy.journal import Journal, JournalHeader, decode, encode
 from dpsynth.privacy.ledger import NOT_DRAWN, PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 
-HEADER = JournalHeader(2.0, 1e-5, 11, "cryptographic")
+HEADER = JournalHeader(2.0, 1e-5, 11, "cryptographic", "record")
 
 
 def _journaled_ledger(path):
     journal = Journal.open(path, HEADER)
+    journal.close()  # these tests reopen the folder in one process
     ledger = PrivacyLedger(2.0, 1e-5, charges=[r.charge for r in journal.releases])
     ledger.on_charge, ledger.on_answer = journal.append_charge, journal.append_output
     return journal, ledger
@@ -51,7 +52,7 @@ def test_a_restart_gets_each_recorded_answer_back_without_charging_again(tmp_pat
     np.testing.assert_array_equal(again, first)  # the released answer, not a new draw
     restarted.charge("step", Gaussian(5.0).event)
     assert len(restarted.charges) == 2
-    assert len(Journal.open(path, HEADER).releases) == 2  # nothing recorded twice
+    assert len(_journaled_ledger(path)[0].releases) == 2  # nothing recorded twice
 
 
 def test_a_run_that_asks_for_something_else_keeps_every_recorded_charge(tmp_path, caplog):
@@ -98,14 +99,30 @@ def test_a_corrupt_line_inside_the_journal_is_refused(tmp_path):
     path.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
     with pytest.raises(InputError, match="line 2 is corrupt"):
         Journal.open(path, HEADER)
+    Journal.open(path.parent / "other.jsonl", HEADER).close()  # the refusal freed the lock
 
 
-def test_another_budget_or_noise_mode_is_refused_and_the_seed_is_kept(tmp_path):
+@pytest.mark.parametrize("other", [JournalHeader(4.0, 1e-5, 11, "cryptographic", "record"),
+                                   JournalHeader(2.0, 1e-5, 11, "seeded_not_private", "record"),
+                                   JournalHeader(2.0, 1e-5, 11, "cryptographic", "user:3")])
+def test_another_budget_noise_mode_or_unit_is_refused(tmp_path, other):
     path = tmp_path / "releases.jsonl"
-    Journal.open(path, HEADER)
+    Journal.open(path, HEADER).close()
     with pytest.raises(InputError, match="new output folder"):
-        Journal.open(path, JournalHeader(4.0, 1e-5, 11, "cryptographic"))
-    with pytest.raises(InputError, match="new output folder"):
-        Journal.open(path, JournalHeader(2.0, 1e-5, 11, "seeded_not_private"))
-    assert Journal.open(path, JournalHeader(2.0, 1e-5, 99, "cryptographic")).header.public_seed \
-        == 11
+        Journal.open(path, other)
+
+
+def test_the_first_public_seed_is_kept(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    Journal.open(path, HEADER).close()
+    again = Journal.open(path, JournalHeader(2.0, 1e-5, 99, "cryptographic", "record"))
+    assert again.header.public_seed == 11
+
+
+def test_one_run_at_a_time_per_folder(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    first = Journal.open(path, HEADER)
+    with pytest.raises(InputError, match="another run is using this output folder"):
+        Journal.open(path, HEADER)
+    first.close()
+    Journal.open(path, HEADER).close()

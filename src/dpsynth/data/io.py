@@ -108,7 +108,9 @@ def _read_jsonl(text: str, path: Path) -> pd.DataFrame:
         if not isinstance(value, dict):
             raise DataError("each line must be a JSON object", path=str(path), row=number)
         rows.append(value)
-    return pd.DataFrame(rows)
+    # object columns: each value keeps its own JSON type, so one record's float id cannot
+    # turn every other record's integer id into a float
+    return pd.DataFrame(rows, dtype=object)
 
 
 def _decode_bytes_columns(frame: pd.DataFrame, path: Path) -> pd.DataFrame:

@@ -100,9 +100,9 @@ class Ctcl(Recipe):
         if state["trained_steps"] < self.params.steps:
             if ctx.resumed is not None:
                 assigned = self._assigned_topics(ctx)
-            self._train(ctx, plan, state, assigned, trained)
+            self._train(ctx, plan, state, assigned)
             state = {**state, "trained_steps": self.params.steps}
-            ctx.save(self.params.steps, state)
+        self._export(ctx, trained)
         generator = OfflineGenerator(trained, temperature=self.params.temperature,
                                      top_p=self.params.top_p, seed=ctx.seed)
         conditions = self._conditions(ctx, state)
@@ -141,20 +141,19 @@ class Ctcl(Recipe):
                                      ctx.ledger, ctx.noise).tolist()
 
     def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict,
-               assigned: np.ndarray | None, out: Path) -> None:
+               assigned: np.ndarray | None) -> None:
         """DP-Adam on (condition → document) pairs, checkpointed every `checkpoint_every`
-        steps; the trained weights are a DP release."""
+        steps and at the end; the trained weights are a DP release."""
         import torch
         from transformers import GPT2LMHeadModel
 
         from dpsynth.backends.offline import format as fmt
         from dpsynth.backends.offline.generator import MAX_KEYWORDS
-        from dpsynth.backends.offline.model import asset_dir, load_tokenizer
+        from dpsynth.backends.offline.model import load_tokenizer
         from dpsynth.ops.dp_training import DpTraining, dp_finetune, training_sequences
-        from dpsynth.ops.training_state import TrainingCheckpoints
 
         p, private = self.params, ctx.private
-        source = p.model or asset_dir()
+        source = self._source
         tokenizer = load_tokenizer(source)
         table = state["topic_keywords"]
         sequences = training_sequences(private, lambda i, label, text: tokenizer.encode(
@@ -168,19 +167,42 @@ class Ctcl(Recipe):
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
                             learning_rate=p.learning_rate, max_length=p.max_length,
                             grad_sample_mode=p.grad_sample_mode)
-        checkpoints = TrainingCheckpoints(
-            ctx.checkpoints.folder / "training", p.checkpoint_every,
+        eos = tokenizer.token_to_id(fmt.EOS)
+        dp_finetune(model, sequences, eos, config, ctx.ledger, "training",
+                    lambda: stage.spec.release_event(stage.noise_scale), ctx.noise.random_key,
+                    self._checkpoints(ctx, state))
+
+    def _checkpoints(self, ctx: RunContext, state: dict):
+        from dpsynth.ops.training_state import TrainingCheckpoints
+
+        return TrainingCheckpoints(
+            ctx.checkpoints.folder / "training", self.params.checkpoint_every,
             committed=lambda step: ctx.save(step, {**state, "trained_steps": step}),
             resume_step=state["trained_steps"])
-        eos = tokenizer.token_to_id(fmt.EOS)
-        trained = dp_finetune(model, sequences, eos, config, ctx.ledger, "training",
-                              lambda: stage.spec.release_event(stage.noise_scale),
-                              ctx.noise.random_key, checkpoints)
-        trained.save_pretrained(out)
-        for extra in Path(source).iterdir():  # tokenizer and keyword table travel along
-            if extra.suffix == ".json" and extra.name != "config.json":
-                shutil.copy(extra, out / extra.name)
-        shutil.rmtree(checkpoints.folder, ignore_errors=True)
+
+    @property
+    def _source(self) -> Path:
+        from dpsynth.backends.offline.model import asset_dir
+
+        return Path(self.params.model or asset_dir())
+
+    def _export(self, ctx: RunContext, out: Path) -> None:
+        """The committed final training state as a model folder, then the training state
+        goes. Each step can be redone, so a kill anywhere here resumes here."""
+        import torch
+        from transformers import GPT2LMHeadModel
+
+        training = ctx.checkpoints.folder / "training"
+        done = out / "exported"
+        if not done.exists():
+            model = GPT2LMHeadModel.from_pretrained(self._source, dtype=torch.float32)
+            self._checkpoints(ctx, {"trained_steps": self.params.steps}).load_weights(model)
+            model.save_pretrained(out)
+            for extra in self._source.iterdir():  # tokenizer and keyword table travel along
+                if extra.suffix == ".json" and extra.name != "config.json":
+                    shutil.copy(extra, out / extra.name)
+            done.touch()
+        shutil.rmtree(training, ignore_errors=True)
 
     # -- generation (post-processing) --------------------------------------------------------
 

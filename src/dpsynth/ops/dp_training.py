@@ -81,8 +81,7 @@ def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,
 def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: int,
                 config: DpTraining, ledger: PrivacyLedger, stage: str,
                 step_event: Callable[[], object], next_key: Callable[[], bytes],
-                checkpoints: TrainingCheckpoints | None = None,
-                on_step: Callable[[int, float], None] | None = None) -> nn.Module:
+                checkpoints: TrainingCheckpoints | None = None) -> nn.Module:
     """Train `model` in place on the private token sequences; returns the trained module.
 
     `step_event()` is the ledger event of one step (from the budget plan); it is charged
@@ -127,7 +126,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
         ledger.charge(stage, step_event(), mechanism="dp_sgd",
                       sensitivity=config.max_grad_norm, noise_scale=config.noise_multiplier)
         if len(batch) == 0:
-            _noise_only_step(dp_optimizer, config, expected)
+            _noise_only_step(dp_optimizer, config)
             continue
         # opacus' per-sample embedding norms need contiguous ids and explicit positions
         inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
@@ -138,8 +137,8 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
         loss.backward()
         dp_optimizer.step()
         dp_optimizer.zero_grad()
-        if on_step is not None:
-            on_step(step, float(loss))
+    if checkpoints and start < config.steps:
+        checkpoints.save(config.steps, model, optimizer)  # committed before any export
     return model
 
 
@@ -157,10 +156,11 @@ def _forever(loader: DataLoader):
         yield from loader
 
 
-def _noise_only_step(optimizer, config: DpTraining, expected: int) -> None:
+def _noise_only_step(optimizer, config: DpTraining) -> None:
     """An empty Poisson batch still releases a noisy (all-noise) update, as the analysis
-    assumes; skipping it would reveal that the batch was empty."""
-    std = config.noise_multiplier * config.max_grad_norm / expected
+    assumes; skipping it would reveal that the batch was empty. Scaled by the batch size
+    opacus divides every other step's noise by, so the step is the Gaussian charged."""
+    std = config.noise_multiplier * config.max_grad_norm / optimizer.expected_batch_size
     for group in optimizer.param_groups:
         for param in group["params"]:
             param.grad = torch.randn(param.shape, generator=optimizer.generator) * std

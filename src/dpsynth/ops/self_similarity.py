@@ -35,7 +35,8 @@ def bucket_pair_similarities(embeddings: np.ndarray, texts: list[str], n_buckets
     for start in np.flatnonzero(np.r_[True, buckets[order][1:] != buckets[order][:-1]]):
         if start + 1 < len(order) and buckets[order[start]] == buckets[order[start + 1]]:
             a, b = order[start], order[start + 1]
-            values.append(float(embeddings[a] @ embeddings[b]))
+            # clipped: the sensitivity of 2 assumes cosines, whatever embedder is passed
+            values.append(float(np.clip(embeddings[a] @ embeddings[b], -1.0, 1.0)))
     return np.asarray(values, dtype=np.float64)
 
 

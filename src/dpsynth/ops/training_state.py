@@ -62,6 +62,13 @@ class TrainingCheckpoints:
             if state != keep:
                 shutil.rmtree(state, ignore_errors=True)
 
+    def load_weights(self, model: nn.Module) -> None:
+        """The weights saved for `resume_step` (the final state, when exporting)."""
+        source = self.path(self.resume_step) / "model.safetensors"
+        if not source.is_file():
+            raise FileNotFoundError(f"{source}: no training state for step {self.resume_step}")
+        load_model(model, str(source))
+
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         source = self.path(self.resume_step)
         if not source.is_dir():

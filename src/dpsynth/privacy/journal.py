@@ -9,11 +9,14 @@ One JSON object a line, each fsynced before the process goes on:
 A release's noisy answer is public once drawn, so journaling it costs nothing; a run that
 restarts in the folder replays the journal instead of releasing again (`PrivacyLedger.replay`).
 The journal is only appended to. A line torn by a crash is dropped on the next open, by an
-atomic rewrite: a torn charge never had its noise drawn, a torn answer was never used.
+atomic rewrite: a torn charge never had its noise drawn, a torn answer was never used. One
+process at a time: an open journal holds an exclusive lock on the folder, since two runs
+appending side by side would each compose only their own charges.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -40,48 +43,68 @@ class JournalHeader:
     delta: float
     public_seed: int
     noise: str
+    unit: str
+    """The neighbouring relation the charges were computed for: "record", or "user:k"."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "epsilon": self.epsilon, "delta": self.delta,
-                "public_seed": self.public_seed, "noise": self.noise}
+                "public_seed": self.public_seed, "noise": self.noise, "unit": self.unit}
+
+    def _terms(self) -> tuple:
+        return self.epsilon, self.delta, self.noise, self.unit
 
 
 class Journal:
     """Append-only, fsynced record of one output folder's releases."""
 
-    def __init__(self, path: Path, header: JournalHeader, releases: list[Journaled]) -> None:
+    def __init__(self, path: Path, header: JournalHeader, releases: list[Journaled],
+                 lock: Any) -> None:
         self.path = path
         self.header = header
         self.releases = releases
         """Every release recorded so far, oldest first (as read when opened)."""
+        self._lock = lock
 
     @classmethod
     def open(cls, path: Path, header: JournalHeader) -> Journal:
-        """The folder's journal, created with `header` when absent. An existing journal keeps
-        its own public seed; a different budget or noise mode is refused."""
+        """The folder's journal, created with `header` when absent, locked until `close`. An
+        existing journal keeps its own public seed; another budget, noise mode or unit of
+        privacy is refused, and so is a folder another run holds."""
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _lock(path.parent / ".lock")
+        try:
+            return cls._read(path, header, lock)
+        except BaseException:
+            lock.close()
+            raise
+
+    @classmethod
+    def _read(cls, path: Path, header: JournalHeader, lock: Any) -> Journal:
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
             _atomic_write(path, [{"header": header.to_json()}])
-            return cls(path, header, [])
+            return cls(path, header, [], lock)
         lines, torn = _read_lines(path)
         if not lines or "header" not in lines[0] or lines[0]["header"].get("format") != FORMAT:
             raise InputError(f"{path}: not a dpsynth release journal (or one written by an "
                              "older version); use a new output folder")
         stored = lines[0]["header"]
-        if (stored["epsilon"], stored["delta"], stored["noise"]) != (
-                header.epsilon, header.delta, header.noise):
+        recorded = JournalHeader(stored["epsilon"], stored["delta"],
+                                 int(stored["public_seed"]), stored["noise"], stored["unit"])
+        if recorded._terms() != header._terms():
             raise InputError(
-                f"{path.parent.parent}: its releases were made with ε={stored['epsilon']:g}, "
-                f"δ={stored['delta']:.3g}, noise {stored['noise']}; this config asks for "
-                f"ε={header.epsilon:g}, δ={header.delta:.3g}, noise {header.noise}: use a new "
-                "output folder for a new budget")
+                f"{path.parent.parent}: its releases were made with ε={recorded.epsilon:g}, "
+                f"δ={recorded.delta:.3g}, noise {recorded.noise}, unit {recorded.unit}; this "
+                f"config asks for ε={header.epsilon:g}, δ={header.delta:.3g}, noise "
+                f"{header.noise}, unit {header.unit}: use a new output folder")
         if torn:
             log.warning("%s: dropping a line a crash left half written", path.name)
             _atomic_write(path, lines)
-        header = JournalHeader(stored["epsilon"], stored["delta"], int(stored["public_seed"]),
-                               stored["noise"])
-        return cls(path, header, _releases(lines[1:]))
+        return cls(path, recorded, _releases(lines[1:]), lock)
+
+    def close(self) -> None:
+        """Release the folder for the next run."""
+        self._lock.close()
 
     def append_charge(self, charge: Charge) -> None:
         self._append({"charge": charge.to_json()})
@@ -123,6 +146,17 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
     return lines, bool(tail.strip())
 
 
+def _lock(path: Path) -> Any:
+    handle = path.open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise InputError(f"{path.parent.parent}: another run is using this output folder; "
+                         "wait for it to finish or use another folder") from None
+    return handle
+
+
 def _atomic_write(path: Path, lines: list[dict[str, Any]]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
@@ -131,9 +165,19 @@ def _atomic_write(path: Path, lines: list[dict[str, Any]]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        fsync_folder(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename inside `folder` survive a power loss, not only a killed process."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def encode(value: Any) -> Any:
