@@ -19,6 +19,7 @@ from dpsynth.backends.base import Embedder, Generator
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.data import PrivateDataset
 from dpsynth.errors import ConfigError
+from dpsynth.ops.nearest import Voters, private_voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
@@ -57,6 +58,7 @@ class RunContext:
     """`backends.embedder.allow_remote_on_private`: the user's explicit opt-in."""
 
     _public_embeddings: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _voters: Voters | None = field(default=None, repr=False)
 
     def embed_public(self, texts: list[str]) -> np.ndarray:
         """Embed public or synthetic texts, each distinct text once per run: elites carried
@@ -73,6 +75,12 @@ class RunContext:
         """Embed private texts (never cached; a remote embedder only with the opt-in)."""
         return (private or self.private).embed(self.embedder,
                                                 allow_remote=self.allow_remote_embedding)
+
+    def voters(self) -> Voters:
+        """The private records as nearest-neighbour voters, embedded once per run."""
+        if self._voters is None:
+            self._voters = private_voters(self.private, self.embed_private())
+        return self._voters
 
     def save(self, step: int, state: dict[str, Any]) -> None:
         """Checkpoint the recipe's public state with the ledger, the noise stream and the
@@ -145,3 +153,60 @@ def _plan(epsilon: float, delta: float, stages: tuple[StageSpec, ...],
     """Calibration takes seconds; a resumed run or `plan` then `run` reuse the answer. The
     coarser PLD grid gives a pessimistic ε, so the plan also holds on the ledger's finer one."""
     return plan_budget(epsilon, delta, list(stages), fixed=dict(fixed), discretization=1e-3)
+
+
+class IterativeRecipe(Recipe):
+    """A recipe of the form initial → T × step → output (pe, dpga, eda): this class owns
+    resume, checkpoints and per-iteration reports, so a recipe writes its algorithm only.
+
+    State is public (DP releases and synthetic data) and JSON-able: it is what a checkpoint
+    holds after each step, and what a resumed run starts from."""
+
+    @abstractmethod
+    def iterations(self) -> int:
+        """T, the number of steps."""
+
+    @abstractmethod
+    def initial(self, ctx: RunContext) -> dict[str, Any]:
+        """The state before the first step (the initial population and any releases it
+        needs)."""
+
+    @abstractmethod
+    def step(self, ctx: RunContext, state: dict[str, Any], t: int,
+             last: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Step `t`: one DP selection and what follows from it. Returns the next state and
+        the step's report row (DP releases and synthetic data only)."""
+
+    @abstractmethod
+    def output(self, ctx: RunContext, state: dict[str, Any]) -> SyntheticSet:
+        """The synthetic set, from the state after the last step."""
+
+    def finished(self, state: dict[str, Any]) -> bool:
+        """Whether the run stops before T (no label left to evolve, say)."""
+        return False
+
+    def run(self, ctx: RunContext) -> SyntheticSet:
+        if ctx.resumed is None:
+            start, state = 0, self.initial(ctx)
+            ctx.save(0, state)
+        else:
+            start, state = ctx.resumed
+        for t in range(start, self.iterations()):
+            if self.finished(state):
+                break
+            state, row = self.step(ctx, state, t, last=t + 1 == self.iterations())
+            ctx.report({"iteration": t + 1, **row, "epsilon_spent": ctx.ledger.spent()})
+            ctx.save(t + 1, state)
+        return self.output(ctx, state)
+
+
+def label_groups(private: PrivateDataset) -> list[str | None]:
+    """The groups a recipe evolves: one per public label, or a single unlabelled one."""
+    return list(private.label_names) if private.label_names else [None]
+
+
+def group_codes(groups: list[str | None], labels: list) -> np.ndarray | None:
+    """Each synthetic text's group index, for ops that vote within a label (None without
+    labels: everyone votes over everything)."""
+    return None if groups == [None] else np.array([groups.index(y) for y in labels],
+                                                  dtype=np.int64)

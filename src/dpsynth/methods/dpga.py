@@ -20,7 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
-from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.base import (
+    IterativeRecipe,
+    RunContext,
+    SyntheticSet,
+    group_codes,
+    label_groups,
+)
 from dpsynth.methods.conditions import Metadata, allocate, keep_produced, mask_words, softmax
 from dpsynth.ops.keywords import class_keywords
 from dpsynth.ops.metadata import (
@@ -29,7 +35,7 @@ from dpsynth.ops.metadata import (
     dp_length_histogram,
     dp_length_range,
 )
-from dpsynth.ops.nearest import Voters, private_voters
+from dpsynth.ops.nearest import Voters
 from dpsynth.ops.self_similarity import dp_self_similarity
 from dpsynth.ops.suppression import select_distinct
 from dpsynth.ops.voting import dp_nearest_votes
@@ -67,7 +73,7 @@ class DpgaParams(BaseModel):
     use_keywords: bool = True
 
 
-class Dpga(Recipe):
+class Dpga(IterativeRecipe):
     name: ClassVar[str] = "dpga"
     one_record_per_unit: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = DpgaParams
@@ -98,41 +104,38 @@ class Dpga(Recipe):
                 "rewrite": rounds * p.n_rewrite, "fill": rounds * p.n_fill,
                 "crossover": rounds * p.n_crossover}
 
-    def run(self, ctx: RunContext) -> SyntheticSet:
-        p = self.params
-        plan = ctx.plan
-        voters = private_voters(ctx.private, ctx.embed_private())
-        labels = ctx.private.label_names
+    def iterations(self) -> int:
+        return self.params.iterations
 
-        if ctx.resumed is None:
-            meta, tau = self._metadata(ctx, plan, voters)
-            population = self._initial(ctx, meta)
-            ctx.save(0, self._state(meta, tau, population))
-            start = 0
-        else:
-            start, state = ctx.resumed
-            meta, tau = Metadata.from_json(state["metadata"]), state["tau"]
-            population = (state["texts"], state["labels"])
+    def initial(self, ctx: RunContext) -> dict:
+        """DP metadata and τ (§3.2), then N_init samples from conditions drawn from it."""
+        meta, tau = self._metadata(ctx, ctx.plan, ctx.voters())
+        texts, labels = self._generate(ctx, meta, self.params.n_init,
+                                       np.random.default_rng([ctx.seed, 0, 0]))
+        return {"metadata": meta.to_json(), "tau": tau, "texts": texts, "labels": labels}
 
-        vote_mechanism = plan.stage("voting").mechanism
-        for t in range(start, p.iterations):
-            texts, pop_labels = population
-            pop_emb = ctx.embed_public(texts)
-            pop_codes = (np.array([labels.index(y) for y in pop_labels]) if labels else None)
-            votes = dp_nearest_votes(voters, pop_emb, pop_codes, vote_mechanism, ctx.ledger,
-                                     ctx.noise, ctx.private.records_per_unit)
-            elites, tau_used = self._select(votes, pop_emb, pop_labels, meta, tau)
-            ctx.report({"iteration": t + 1, "population": len(texts), "elites": len(elites),
-                        "tau": tau_used, "noisy_votes_total": float(votes.sum()),
-                        "noisy_votes_max": float(votes.max()),
-                        "epsilon_spent": ctx.ledger.spent()})
-            elite_texts = [texts[i] for i in elites]
-            elite_labels = [pop_labels[i] for i in elites]
-            if t + 1 == p.iterations:
-                return SyntheticSet(elite_texts, elite_labels if labels else None)
-            population = self._expand(ctx, meta, elite_texts, elite_labels, t)
-            ctx.save(t + 1, self._state(meta, tau, population))
-        raise AssertionError("unreachable: the loop returns on its last iteration")
+    def step(self, ctx: RunContext, state: dict, t: int, last: bool) -> tuple[dict, dict]:
+        """Vote (§3.3.1), elites by similarity suppression (§3.3.2), and unless this was the
+        last vote, the next population from them (§3.4)."""
+        meta, tau = Metadata.from_json(state["metadata"]), state["tau"]
+        texts, labels = state["texts"], state["labels"]
+        pop_emb = ctx.embed_public(texts)
+        votes = dp_nearest_votes(ctx.voters(), pop_emb,
+                                 group_codes(label_groups(ctx.private), labels),
+                                 ctx.plan.stage("voting").mechanism, ctx.ledger, ctx.noise,
+                                 ctx.private.records_per_unit)
+        elites, tau_used = self._select(votes, pop_emb, labels, meta, tau)
+        row = {"population": len(texts), "elites": len(elites), "tau": tau_used,
+               "noisy_votes_total": float(votes.sum()), "noisy_votes_max": float(votes.max())}
+        texts, labels = [texts[i] for i in elites], [labels[i] for i in elites]
+        if not last:
+            texts, labels = self._expand(ctx, meta, texts, labels, t)
+        return {**state, "texts": texts, "labels": labels}, row
+
+    def output(self, ctx: RunContext, state: dict) -> SyntheticSet:
+        """The last elite set."""
+        return SyntheticSet(state["texts"],
+                            state["labels"] if ctx.private.has_labels else None)
 
     # -- metadata (§3.2) -------------------------------------------------------------------
 
@@ -196,10 +199,6 @@ class Dpga(Recipe):
         return keywords, weights
 
     # -- population ------------------------------------------------------------------------
-
-    def _initial(self, ctx: RunContext, meta: Metadata) -> tuple[list[str], list]:
-        rng = np.random.default_rng([ctx.seed, 0, 0])
-        return self._generate(ctx, meta, self.params.n_init, rng)
 
     def _generate(self, ctx: RunContext, meta: Metadata, n: int,
                   rng: np.random.Generator) -> tuple[list[str], list]:
@@ -269,8 +268,3 @@ class Dpga(Recipe):
         fresh_texts, fresh_labels = self._generate(ctx, meta, p.n_generate,
                                                    np.random.default_rng([ctx.seed, t + 1, 4]))
         return texts + fresh_texts, labels + fresh_labels
-
-    @staticmethod
-    def _state(meta: Metadata, tau: float | None, population: tuple[list[str], list]) -> dict:
-        return {"metadata": meta.to_json(), "tau": tau, "texts": population[0],
-                "labels": population[1]}

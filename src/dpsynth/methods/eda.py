@@ -33,11 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
-from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.eda import GaussianModel, estimate
 from dpsynth.ops.limited_domain import dp_select_parents, with_domain
-from dpsynth.ops.nearest import private_voters
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
 from dpsynth.privacy.planning import StageSpec
 
@@ -80,7 +79,7 @@ class EdaParams(BaseModel):
         return self
 
 
-class Eda(Recipe):
+class Eda(IterativeRecipe):
     name: ClassVar[str] = "eda"
     one_record_per_unit: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = EdaParams
@@ -110,53 +109,54 @@ class Eda(Recipe):
         return OfflineGenerator(self._decoder.base_dir, seed=0)
 
     def run(self, ctx: RunContext) -> SyntheticSet:
-        p = self.params
         self._decoder.check_embedder(ctx.embedder)
-        plan = ctx.plan
-        mechanism = with_domain(plan.stage("selection").mechanism, p.domain_size)
-        labels = ctx.private.label_names
-        groups: list[str | None] = list(labels) if labels else [None]
-        voters = private_voters(ctx.private, ctx.embed_private())
-        pop_sizes = _even(p.n_offspring, len(groups))
-        _warn_of_the_bar(mechanism, max(int(pop_sizes.max()),
-                                        int(_even(p.n_public, len(groups)).max())),
-                         len(groups))
+        groups = label_groups(ctx.private)
+        _warn_of_the_bar(self._mechanism(ctx), max(int(_even(n, len(groups)).max()) for n in
+                                                   (self.params.n_offspring,
+                                                    self.params.n_public)), len(groups))
+        return super().run(ctx)
 
-        if ctx.resumed is None:
-            state = self._initial(ctx, groups)
-            ctx.save(0, state)
-        else:
-            state = ctx.resumed[1]
-        start = len(state["history"])
-        for t in range(start, p.iterations):
-            live = [g for g in range(len(groups)) if not state["stopped"][g]]
-            if not live:
-                break
-            pops = {g: self._population(ctx, state, g, t, int(pop_sizes[g])) for g in live}
-            emb = np.concatenate([pops[g] for g in live])
-            codes = np.concatenate([np.full(len(pops[g]), g) for g in live])
-            picked = dp_select_parents(voters, emb, codes, mechanism, ctx.ledger, ctx.noise,
-                                       ctx.private.records_per_unit)
-            selected: dict[str, int] = {}
-            kept_by_label: dict[str, int] = {}
-            for g in live:
-                offset = int(np.flatnonzero(codes == g)[0])
-                chosen = pops[g][[i - offset for i in picked[g]]]
-                selected[_key(groups[g])] = len(chosen)
-                kept_by_label[_key(groups[g])] = self._next_generation(ctx, state, g, t,
-                                                                       chosen)
-            row = {"iteration": t + 1, "selected": sum(selected.values()),
-                   "kept": sum(kept_by_label.values()),
-                   "labels_running": sum(not s for s in state["stopped"]),
-                   "perplexity_threshold": state["threshold"],
-                   "epsilon_spent": ctx.ledger.spent(),
-                   "selected_by_label": selected, "kept_by_label": kept_by_label}
-            state["history"].append(row)
-            ctx.report(row)
-            ctx.save(t + 1, state)
-        return self._output(ctx, state, groups)
+    def iterations(self) -> int:
+        return self.params.iterations
 
-    # -- steps -------------------------------------------------------------------------------
+    def initial(self, ctx: RunContext) -> dict[str, Any]:
+        return self._initial(ctx, label_groups(ctx.private))
+
+    def finished(self, state: dict[str, Any]) -> bool:
+        return all(state["stopped"])
+
+    def step(self, ctx: RunContext, state: dict[str, Any], t: int,
+             last: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Alg. 1 lines 5-28 for every label still running: populations, one DP selection
+        for all labels (they vote in disjoint histograms), filtered parents, new Gaussians."""
+        groups = label_groups(ctx.private)
+        sizes = _even(self.params.n_offspring, len(groups))
+        live = [g for g in range(len(groups)) if not state["stopped"][g]]
+        pops = {g: self._population(ctx, state, g, t, int(sizes[g])) for g in live}
+        codes = np.concatenate([np.full(len(pops[g]), g) for g in live])
+        picked = dp_select_parents(ctx.voters(), np.concatenate([pops[g] for g in live]),
+                                   codes, self._mechanism(ctx), ctx.ledger, ctx.noise,
+                                   ctx.private.records_per_unit)
+        selected: dict[str, int] = {}
+        kept_by_label: dict[str, int] = {}
+        for g in live:
+            offset = int(np.flatnonzero(codes == g)[0])
+            chosen = pops[g][[i - offset for i in picked[g]]]
+            selected[_key(groups[g])] = len(chosen)
+            kept_by_label[_key(groups[g])] = self._next_generation(ctx, state, g, t, chosen)
+        row = {"iteration": t + 1, "selected": sum(selected.values()),
+               "kept": sum(kept_by_label.values()),
+               "labels_running": sum(not s for s in state["stopped"]),
+               "perplexity_threshold": state["threshold"], "epsilon_spent": ctx.ledger.spent(),
+               "selected_by_label": selected, "kept_by_label": kept_by_label}
+        state["history"].append(row)
+        return state, row
+
+    def output(self, ctx: RunContext, state: dict[str, Any]) -> SyntheticSet:
+        return self._output(ctx, state, label_groups(ctx.private))
+
+    def _mechanism(self, ctx: RunContext) -> LimitedDomainTopK:
+        return with_domain(ctx.plan.stage("selection").mechanism, self.params.domain_size)
 
     def _initial(self, ctx: RunContext, groups: list[str | None]) -> dict[str, Any]:
         """N_pb public texts written from the label names alone; H from their decodings."""

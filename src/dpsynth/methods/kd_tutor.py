@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
-from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.ops.pate import label_within_budget, train_discriminator, train_teachers
@@ -75,7 +75,7 @@ class KdTutor(Recipe):
         p = self.params
         plan = ctx.plan
         labels = ctx.private.label_names
-        groups: list[str | None] = list(labels) if labels else [None]
+        groups = label_groups(ctx.private)
         if ctx.resumed is None:
             pool = self._candidates(ctx, groups)
             probs = self._label_proportions(ctx, plan, groups)

@@ -20,10 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
-from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
+from dpsynth.methods.base import (
+    IterativeRecipe,
+    RunContext,
+    SyntheticSet,
+    group_codes,
+    label_groups,
+)
 from dpsynth.methods.conditions import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
-from dpsynth.ops.nearest import private_voters
 from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy.planning import StageSpec
 
@@ -40,7 +45,7 @@ class PeParams(BaseModel):
                                   "histogram; 0 allocates labels uniformly")
 
 
-class PrivateEvolution(Recipe):
+class PrivateEvolution(IterativeRecipe):
     name: ClassVar[str] = "pe"
     one_record_per_unit: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = PeParams
@@ -61,55 +66,48 @@ class PrivateEvolution(Recipe):
         p = self.params
         return {"generate": p.n_samples, "rewrite": (p.iterations - 1) * p.n_samples}
 
-    def run(self, ctx: RunContext) -> SyntheticSet:
-        p = self.params
-        plan = ctx.plan
-        labels = ctx.private.label_names
-        groups: list[str | None] = list(labels) if labels else [None]
-        voters = private_voters(ctx.private, ctx.embed_private())
+    def iterations(self) -> int:
+        return self.params.iterations
 
-        if ctx.resumed is None:
-            probs = np.full(len(groups), 1.0 / len(groups))
-            if p.label_fraction and labels:
-                probs = dp_label_distribution(ctx.private,
-                                              plan.stage("label_histogram").mechanism,
-                                              ctx.ledger, ctx.noise)
-            conditions = [Condition(label=g) for g, n in
-                          zip(groups, allocate(p.n_samples, probs), strict=True)
-                          for _ in range(int(n))]
-            texts, pop_labels = keep_produced(ctx.generator.generate(conditions),
-                                              [c.label for c in conditions])
-            population = (texts, pop_labels, probs.tolist())
-            ctx.save(0, _state(population))
-            start = 0
-        else:
-            start, state = ctx.resumed
-            population = (state["texts"], state["labels"], state["label_probs"])
+    def initial(self, ctx: RunContext) -> dict:
+        """S_0: generated from the label alone, labels allocated uniformly or by a DP
+        label histogram."""
+        p, groups = self.params, label_groups(ctx.private)
+        probs = np.full(len(groups), 1.0 / len(groups))
+        if p.label_fraction and ctx.private.has_labels:
+            probs = dp_label_distribution(ctx.private, ctx.plan.stage("label_histogram")
+                                          .mechanism, ctx.ledger, ctx.noise)
+        conditions = [Condition(label=g) for g, n in
+                      zip(groups, allocate(p.n_samples, probs), strict=True)
+                      for _ in range(int(n))]
+        texts, labels = keep_produced(ctx.generator.generate(conditions),
+                                      [c.label for c in conditions])
+        return {"texts": texts, "labels": labels, "label_probs": probs.tolist()}
 
-        mechanism = plan.stage("voting").mechanism
-        for t in range(start, p.iterations):
-            texts, pop_labels, probs = population
-            pop_emb = ctx.embed_public(texts)
-            pop_codes = np.array([groups.index(y) for y in pop_labels]) if labels else None
-            votes = dp_nearest_votes(voters, pop_emb, pop_codes, mechanism, ctx.ledger,
-                                     ctx.noise, ctx.private.records_per_unit)
-            weights = np.where(votes >= p.threshold, votes, 0.0)
-            rng = np.random.default_rng([ctx.seed, t + 1])
-            picked = self._resample(weights, pop_labels, groups, probs, rng)
-            ctx.report({"iteration": t + 1, "population": len(texts),
-                        "candidates_above_threshold": int((weights > 0).sum()),
-                        "noisy_votes_total": float(votes.sum()),
-                        "epsilon_spent": ctx.ledger.spent()})
-            chosen_texts = [texts[i] for i in picked]
-            chosen_labels = [pop_labels[i] for i in picked]
-            if t + 1 == p.iterations:
-                return SyntheticSet(chosen_texts, chosen_labels if labels else None)
+    def step(self, ctx: RunContext, state: dict, t: int, last: bool) -> tuple[dict, dict]:
+        """DP nearest-neighbour histogram over S; S' = draws by the thresholded noisy
+        counts; S = variation of S' (after the last vote, S' is the output)."""
+        p, groups = self.params, label_groups(ctx.private)
+        texts, labels = state["texts"], state["labels"]
+        votes = dp_nearest_votes(ctx.voters(), ctx.embed_public(texts),
+                                 group_codes(groups, labels), ctx.plan.stage("voting").mechanism,
+                                 ctx.ledger, ctx.noise, ctx.private.records_per_unit)
+        weights = np.where(votes >= p.threshold, votes, 0.0)
+        picked = self._resample(weights, labels, groups, state["label_probs"],
+                                np.random.default_rng([ctx.seed, t + 1]))
+        row = {"population": len(texts), "candidates_above_threshold": int((weights > 0).sum()),
+               "noisy_votes_total": float(votes.sum())}
+        chosen, chosen_labels = [texts[i] for i in picked], [labels[i] for i in picked]
+        if not last:
             conditions = [Condition(label=y, length=len(x.split()))
-                          for x, y in zip(chosen_texts, chosen_labels, strict=True)]
-            varied = ctx.generator.rewrite(chosen_texts, conditions, p.rewrite_strength)
-            population = (*keep_produced(varied, chosen_labels), probs)
-            ctx.save(t + 1, _state(population))
-        raise AssertionError("unreachable: the loop returns on its last iteration")
+                          for x, y in zip(chosen, chosen_labels, strict=True)]
+            chosen, chosen_labels = keep_produced(
+                ctx.generator.rewrite(chosen, conditions, p.rewrite_strength), chosen_labels)
+        return {**state, "texts": chosen, "labels": chosen_labels}, row
+
+    def output(self, ctx: RunContext, state: dict) -> SyntheticSet:
+        return SyntheticSet(state["texts"],
+                            state["labels"] if ctx.private.has_labels else None)
 
     def _resample(self, weights: np.ndarray, pop_labels: list, groups: list,
                   probs: list[float], rng: np.random.Generator) -> list[int]:
@@ -126,7 +124,3 @@ class PrivateEvolution(Recipe):
             picked += rows[rng.choice(len(rows), size=int(quota), p=p)].tolist()
         return picked
 
-
-def _state(population: tuple[list[str], list, list[float]]) -> dict:
-    texts, labels, probs = population
-    return {"texts": texts, "labels": labels, "label_probs": list(probs)}
