@@ -16,7 +16,7 @@ def test_latest_is_the_highest_step(tmp_path):
 
 def test_a_private_dataset_cannot_be_checkpointed(tmp_path):
     store = CheckpointStore(tmp_path)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="not JSON serializable"):
         store.save(1, {"data": PrivateDataset(["secret"])})
     assert store.latest() is None
     assert not list(tmp_path.iterdir())

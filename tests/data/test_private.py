@@ -40,13 +40,13 @@ def test_refuses_pickling_and_copies(dataset, dump):
 
 def test_texts_need_a_named_purpose(dataset):
     assert dataset.texts(Access.LOCAL_DP_TRAINING)[0] == CANARIES[0]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="name the purpose"):
         dataset.texts("because")  # type: ignore[arg-type]
 
 
 def test_private_labels_only_for_ledgered_ops(dataset):
     np.testing.assert_array_equal(dataset.label_codes(Access.LEDGERED_OP), [0, 1, 0])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="ledgered ops|charge the ledger"):
         dataset.label_codes(Access.LOCAL_EMBEDDING)
 
 

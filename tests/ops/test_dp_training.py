@@ -54,7 +54,7 @@ def test_dp_finetune_learns_and_charges_every_step(mode):
 def test_training_stops_at_the_budget_before_overspending():
     ledger = PrivacyLedger(1.0, 1e-5, discretization=1e-2)
     config = DpTraining(steps=500, sampling_rate=0.25, noise_multiplier=5.0, max_length=12)
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(BudgetExceededError, match="over the budget"):
         dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
                     step_event(5.0, 0.25), next_key=lambda: b"k" * 16)
     assert 0 < ledger.breakdown()["training"]["releases"] < 500

@@ -94,7 +94,7 @@ def test_json_round_trip_recomputes_the_total_from_events():
 def test_loading_a_ledger_over_its_budget_fails():
     data = json.loads(_busy_ledger().to_json())
     data["budget"]["epsilon"] = 0.5
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(BudgetExceededError, match="over the budget"):
         PrivacyLedger.from_dict(data)
 
 
@@ -108,13 +108,13 @@ def test_loading_refuses_unknown_event_types():
 def test_fixed_delta_events_use_up_the_delta():
     ledger = PrivacyLedger(10.0, 1e-5, discretization=COARSE)
     ledger.charge("ld", LimitedDomainTopK(0.1, 6e-6, 5, 1).event)
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(BudgetExceededError, match="over the budget"):
         ledger.charge("ld", LimitedDomainTopK(0.1, 6e-6, 5, 1).event)
 
 
 def test_non_private_events_are_refused():
     ledger = PrivacyLedger(10.0, 1e-5, discretization=COARSE)
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(BudgetExceededError, match="over the budget"):
         ledger.charge("leak", dp_event.NonPrivateDpEvent())
     with pytest.raises(ValueError, match="cannot account"):
         ledger.charge("odd", dp_event.UnsupportedDpEvent())

@@ -79,7 +79,7 @@ def test_subsampled_histogram_counts_sampled_votes():
     lambda: ExponentialTopK(1.0, k=0), lambda: NoisyMean(1.0, 1.0, 1.0),
 ])
 def test_bad_parameters_are_refused(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must|need"):
         bad()
 
 

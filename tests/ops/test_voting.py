@@ -1,0 +1,26 @@
+"""DP nearest-neighbour votes: one vote per unit, within its own label, one charge."""
+
+import numpy as np
+import pytest
+
+from dpsynth.errors import InputError
+from dpsynth.ops.nearest import Voters
+from dpsynth.ops.voting import dp_nearest_votes
+from dpsynth.privacy import PrivacyLedger, SubsampledGaussianHistogram, make_rng
+
+
+def test_votes_count_each_record_once_within_its_label():
+    candidates = np.eye(3, dtype=np.float32)
+    voters = Voters(np.eye(3, dtype=np.float32)[[0, 0, 1, 2, 2]], np.array([0, 0, 1, 1, 1]))
+    ledger = PrivacyLedger(1000.0, 1e-5)
+    mech = SubsampledGaussianHistogram(0.1, 1.0, 1)  # the op sets n_bins
+    votes = dp_nearest_votes(voters, candidates, np.array([0, 1, 1]), mech, ledger, make_rng(0))
+    np.testing.assert_allclose(votes, [2, 1, 2], atol=0.5)
+    assert [c.stage for c in ledger.charges] == ["voting"]
+
+
+def test_votes_need_one_record_per_unit():
+    with pytest.raises(InputError, match="max_records_per_user: 1"):
+        dp_nearest_votes(Voters(np.eye(2)), np.eye(2), None,
+                         SubsampledGaussianHistogram(1.0, 1.0, 1), PrivacyLedger(1.0, 1e-5),
+                         make_rng(0), records_per_unit=2)
