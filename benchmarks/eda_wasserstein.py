@@ -34,9 +34,9 @@ from dpsynth.backends.config import EmbedderConfig
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import parse_config
 from dpsynth.evaluate.fidelity import wasserstein_distance
-from dpsynth.methods.conditions import allocate
 from dpsynth.methods.eda import EdaParams, draw_population
-from dpsynth.runner import run
+from dpsynth.methods.toolbox import allocate
+from dpsynth.synthesis import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         delta = default_delta(len(private_texts))
         recipe = KdTutor(KdTutorParams(n_queries=len(queries), teachers=args.teachers,
                                        label_mode="none"))
-        plan = recipe.plan(private, eps, delta)
+        plan = recipe.budget_plan(private, eps, delta)
         ledger = PrivacyLedger(eps, delta)
         votes = label_within_budget(teachers, emb["queries"], Gaussian,
                                     plan.stage("student_queries").noise_scale, 100, ledger,

@@ -18,9 +18,9 @@ from dpsynth.config import RunConfig, load_config
 from dpsynth.errors import DpsynthError
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
-from dpsynth.plan import make_plan, print_plan
-from dpsynth.runner import NOT_PRIVATE
-from dpsynth.runner import run as run_recipe
+from dpsynth.preflight import make_plan, print_plan
+from dpsynth.synthesis import NOT_PRIVATE
+from dpsynth.synthesis import run as run_recipe
 
 log = logging.getLogger("dpsynth.cli")
 app = typer.Typer(

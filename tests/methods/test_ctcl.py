@@ -10,7 +10,7 @@ pytest.importorskip("opacus")
 
 from dpsynth.config import parse_config
 from dpsynth.ops.topics import TopicModel
-from dpsynth.runner import run
+from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 
 
@@ -60,9 +60,9 @@ def test_ctcl_keeps_the_seeds_topic_noise(tmp_path, tickets, tiny_lm, topics):
     from dpsynth.methods.ctcl import Ctcl
 
     recipe = Ctcl.from_config({"steps": 6, "topic_model": str(topics)})
-    plan = recipe.plan(PrivateDataset(*[tickets[0]], labels=tickets[1]), 4.0, 1e-4)
+    plan = recipe.budget_plan(PrivateDataset(*[tickets[0]], labels=tickets[1]), 4.0, 1e-4)
     assert plan.stage("topic_histogram").noise_scale == 10.0
-    free = Ctcl.from_config({"steps": 6, "topic_noise_multiplier": None}).plan(
+    free = Ctcl.from_config({"steps": 6, "topic_noise_multiplier": None}).budget_plan(
         PrivateDataset(tickets[0], labels=tickets[1]), 4.0, 1e-4)
     assert not np.isclose(free.stage("topic_histogram").noise_scale, 10.0)
 

@@ -9,7 +9,7 @@ import pytest
 
 from dpsynth.config import parse_config
 from dpsynth.ops.eda import GaussianModel, estimate
-from dpsynth.runner import run
+from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 from tests.tiny_lm import INVERSION_DIM, one_torch_thread
 
@@ -123,8 +123,8 @@ def test_plan_bounds_the_iterations_by_the_budget(tickets):
     from dpsynth.methods.eda import Eda
 
     private = PrivateDataset(tickets[0], labels=tickets[1])
-    few = Eda.from_config({"iterations": 2}).plan(private, 2.0, 1e-5)
-    many = Eda.from_config({"iterations": 8}).plan(private, 2.0, 1e-5)
+    few = Eda.from_config({"iterations": 2}).budget_plan(private, 2.0, 1e-5)
+    many = Eda.from_config({"iterations": 8}).budget_plan(private, 2.0, 1e-5)
     assert many.stage("selection").noise_scale > few.stage("selection").noise_scale
     for plan in (few, many):
         assert plan.epsilon_composed <= 2.0

@@ -72,7 +72,7 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
     recipe = KdTutor.from_config({"n_output": 10, "n_negatives": 20, "teachers": 3,
                                   "n_queries": 40, "query_batch": 8})
     ledger = PrivacyLedger(1.0, 1e-5)
-    plan = recipe.plan(private, ledger.epsilon, ledger.delta)
+    plan = recipe.budget_plan(private, ledger.epsilon, ledger.delta)
     ledger.charge("spent elsewhere", Gaussian(8.0).event)  # part of the budget is gone
     ctx = RunContext(private, ledger, NoiseSource(0), HashEmbedder(), RecordingGenerator(),
                      CheckpointStore(tmp_path), seed=0, plan=plan)
@@ -88,7 +88,7 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
 
 @pytest.mark.parametrize("mode", ["tutor", "uniform", "none"])
 def test_label_modes_shape_the_output(tmp_path, tickets, mode):
-    from dpsynth.runner import run
+    from dpsynth.synthesis import run
     from tests.methods.test_recipes import make_config
 
     outputs = run(make_config(tmp_path, tickets, "kd_tutor", label_mode=mode),

@@ -22,7 +22,7 @@ from dpsynth.config import parse_config
 from dpsynth.privacy import mechanisms as m
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
-from dpsynth.runner import run
+from dpsynth.synthesis import run
 from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_recipes import PARAMS
 
@@ -165,7 +165,7 @@ def config(tmp_path, name, frame, recipe, params, k):
 
 def check_neighbours(tmp_path, monkeypatch, recipe, params, kind, users, k,
                      embedder=HashEmbedder) -> list[Seen]:
-    monkeypatch.setattr("dpsynth.runner.NoiseSource", ZeroNoise)
+    monkeypatch.setattr("dpsynth.synthesis.NoiseSource", ZeroNoise)
     frame = base_rows(users)
     on_d = Recorder()
     monkeypatch.setattr(PrivacyLedger, "release", lambda self, *args: on_d(self, *args))
@@ -212,7 +212,7 @@ def test_one_user_of_three_records_moves_kd_tutor_within_its_charge(tmp_path, mo
 def test_recipes_that_count_one_vote_per_unit_refuse_k_above_one_before_releasing(
         tmp_path, recipe):
     from dpsynth.errors import ConfigError
-    from dpsynth.plan import make_plan
+    from dpsynth.preflight import make_plan
 
     params = PARAMS.get(recipe, {})
     with pytest.raises(ConfigError, match="max_records_per_user: recipe .* needs 1 record"):

@@ -39,8 +39,8 @@ def _config(folder: Path, recipe: str, seed: int, noise: str, users: bool) -> Pa
 
 @pytest.fixture
 def fake_backends(monkeypatch):
-    monkeypatch.setattr("dpsynth.runner.build_embedder", lambda *a, **k: HashEmbedder())
-    monkeypatch.setattr("dpsynth.runner.build_generator", lambda *a, **k: RecordingGenerator())
+    monkeypatch.setattr("dpsynth.synthesis.build_embedder", lambda *a, **k: HashEmbedder())
+    monkeypatch.setattr("dpsynth.synthesis.build_generator", lambda *a, **k: RecordingGenerator())
 
 
 @settings(max_examples=6, deadline=None,

@@ -9,7 +9,7 @@ import pytest
 from dpsynth.backends.base import FAILED
 from dpsynth.config import parse_config
 from dpsynth.data import PrivateDataset
-from dpsynth.runner import run
+from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 
 PARAMS = {
@@ -131,12 +131,12 @@ def test_budget_split_overrides_stage_fractions(tickets):
     from dpsynth.methods.pe import PrivateEvolution
 
     private = PrivateDataset(tickets[0], labels=tickets[1])
-    default = PrivateEvolution.from_config(PARAMS["pe"]).plan(private, 2.0, 1e-4)
-    smaller = PrivateEvolution.from_config(PARAMS["pe"], {"voting": 0.5}).plan(private, 2.0,
+    default = PrivateEvolution.from_config(PARAMS["pe"]).budget_plan(private, 2.0, 1e-4)
+    smaller = PrivateEvolution.from_config(PARAMS["pe"], {"voting": 0.5}).budget_plan(private, 2.0,
                                                                                1e-4)
     assert smaller.stage("voting").noise_scale > default.stage("voting").noise_scale
     with pytest.raises(ConfigError, match="unknown stage"):
-        PrivateEvolution.from_config(PARAMS["pe"], {"votes": 0.5}).plan(private, 2.0, 1e-4)
+        PrivateEvolution.from_config(PARAMS["pe"], {"votes": 0.5}).budget_plan(private, 2.0, 1e-4)
 
 
 def _journal(folder):

@@ -14,7 +14,7 @@ from dpsynth.evaluate.canaries import (
 )
 from dpsynth.evaluate.privacy import PRIVATE_NOTICE
 from dpsynth.evaluate.result import EvalResult
-from dpsynth.evaluate.runner import EvalConfig, evaluate, evaluate_embedded
+from dpsynth.evaluate.suite import EvalConfig, evaluate, evaluate_embedded
 from dpsynth.evaluate.tables import TextTable, read_text_table
 
 __all__ = ["PRIVATE_NOTICE", "Canaries", "EvalConfig", "EvalResult", "TextTable",

@@ -47,7 +47,7 @@ class RunContext:
     seed: int
     """Seed of the public randomness (conditions, masks, pairings); never of DP noise."""
     plan: BudgetPlan
-    """The recipe's budget plan, made once by the runner from (ε, δ) and public facts: every
+    """The recipe's budget plan, made once before the run from (ε, δ) and public facts: every
     release's mechanism and noise scale. `dpsynth plan` prints this very plan."""
     report: Callable[[dict[str, Any]], None] = field(default=lambda row: None)
     """Per-iteration diagnostics, computed from DP releases and synthetic data only."""
@@ -137,7 +137,7 @@ class Recipe(ABC):
         """Stages whose noise scale the recipe pins (a paper's default σ); none by default."""
         return {}
 
-    def plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
+    def budget_plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
         """Noise scales for every stage so that all of them compose to (ε, δ)."""
         stages = apply_split(self.stages(private, delta), self.split)
         return _plan(epsilon, delta, tuple(stages), tuple(sorted(self.fixed_noise().items())))

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
-from dpsynth.methods.conditions import allocate, keep_produced
+from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution, to_distribution
 from dpsynth.ops.topics import TopicModel, dp_topic_histogram
 from dpsynth.privacy.planning import BudgetPlan, StageSpec

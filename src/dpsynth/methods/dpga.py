@@ -27,7 +27,8 @@ from dpsynth.methods.base import (
     group_codes,
     label_groups,
 )
-from dpsynth.methods.conditions import Metadata, allocate, keep_produced, mask_words, softmax
+from dpsynth.methods.dpga_metadata import Metadata
+from dpsynth.methods.toolbox import allocate, keep_produced, mask_words, softmax
 from dpsynth.ops.keywords import class_keywords
 from dpsynth.ops.metadata import (
     dp_keyword_votes,

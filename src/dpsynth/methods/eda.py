@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
-from dpsynth.methods.conditions import allocate, keep_produced
+from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.eda import GaussianModel, estimate
 from dpsynth.ops.limited_domain import dp_select_parents, with_domain
 from dpsynth.privacy.mechanisms import LimitedDomainTopK

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
-from dpsynth.methods.conditions import allocate, keep_produced
+from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.ops.pate import label_within_budget, train_discriminator, train_teachers
 from dpsynth.privacy.mechanisms import Gaussian, Laplace

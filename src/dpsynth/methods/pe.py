@@ -27,7 +27,7 @@ from dpsynth.methods.base import (
     group_codes,
     label_groups,
 )
-from dpsynth.methods.conditions import allocate, keep_produced
+from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy.planning import StageSpec

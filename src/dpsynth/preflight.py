@@ -32,7 +32,8 @@ def make_plan(config: RunConfig) -> RunPlan:
     delta = resolve_delta(config.budget, data.n_units)
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)
-    return RunPlan(config, data, recipe, delta, recipe.plan(data, config.budget.epsilon, delta))
+    budget = recipe.budget_plan(data, config.budget.epsilon, delta)
+    return RunPlan(config, data, recipe, delta, budget)
 
 
 def print_plan(plan: RunPlan, console: Console) -> None:

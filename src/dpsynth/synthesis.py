@@ -25,7 +25,7 @@ from dpsynth.config import RunConfig
 from dpsynth.data import write_table
 from dpsynth.errors import InputError
 from dpsynth.methods.base import RunContext, SyntheticSet
-from dpsynth.plan import RunPlan, make_plan
+from dpsynth.preflight import RunPlan, make_plan
 from dpsynth.privacy.journal import Journal, JournalHeader
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
