@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from dpsynth.ops.limited_domain import dp_select_parents, with_domain
+from dpsynth.ops.limited_domain import dp_select_parents
 from dpsynth.ops.nearest import Voters
 from dpsynth.privacy import Disjoint, LimitedDomainTopK, PrivacyLedger, epsilon_of, make_rng
 from tests.privacy.test_audit import epsilon_lower_bound
@@ -36,10 +36,13 @@ def test_votes_stay_within_a_label_and_one_charge_covers_all_labels():
     assert ledger.spent() <= 5.0 + 1e-3
 
 
-def test_domain_size_is_the_recipes_not_the_plans():
-    planned = LimitedDomainTopK(0.5, 1e-6, domain_size=30, k=30)
-    assert with_domain(planned, 300).domain_size == 300
-    assert with_domain(planned, 300).event == planned.event
+def test_the_plan_carries_the_recipes_domain_size():
+    from dpsynth.privacy.planning import StageSpec
+
+    spec = StageSpec("selection", "limited_domain", 1.0, selections=30, domain_size=300,
+                     delta=1e-6)
+    assert spec.mechanism_for(4.0).domain_size == 300
+    assert spec.mechanism_for(4.0).k == 30
 
 
 def test_audit_of_one_label_on_neighbouring_data_stays_below_the_claim():

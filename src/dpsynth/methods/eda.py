@@ -36,7 +36,7 @@ from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.eda import GaussianModel, estimate
-from dpsynth.ops.limited_domain import dp_select_parents, with_domain
+from dpsynth.ops.limited_domain import dp_select_parents
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
 from dpsynth.privacy.planning import StageSpec
 
@@ -89,7 +89,7 @@ class Eda(IterativeRecipe):
         """One LimitedDomain selection per iteration; each spends δ₀ outside the PLD."""
         p = self.params
         return [StageSpec("selection", "limited_domain", 1.0, compositions=p.iterations,
-                          selections=p.n_parents,
+                          selections=p.n_parents, domain_size=p.domain_size,
                           delta=p.delta_share * delta / p.iterations)]
 
     def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
@@ -110,10 +110,10 @@ class Eda(IterativeRecipe):
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         self._decoder.check_embedder(ctx.embedder)
-        groups = label_groups(ctx.private)
-        _warn_of_the_bar(self._mechanism(ctx), max(int(_even(n, len(groups)).max()) for n in
-                                                   (self.params.n_offspring,
-                                                    self.params.n_public)), len(groups))
+        groups = len(label_groups(ctx.private))
+        largest = max(int(_even(n, groups).max())
+                      for n in (self.params.n_offspring, self.params.n_public))
+        _warn_of_the_bar(ctx.plan.stage("selection").mechanism, largest, groups)
         return super().run(ctx)
 
     def iterations(self) -> int:
@@ -135,8 +135,8 @@ class Eda(IterativeRecipe):
         pops = {g: self._population(ctx, state, g, t, int(sizes[g])) for g in live}
         codes = np.concatenate([np.full(len(pops[g]), g) for g in live])
         picked = dp_select_parents(ctx.voters(), np.concatenate([pops[g] for g in live]),
-                                   codes, self._mechanism(ctx), ctx.ledger, ctx.noise,
-                                   ctx.private.records_per_unit)
+                                   codes, ctx.plan.stage("selection").mechanism, ctx.ledger,
+                                   ctx.noise, ctx.private.records_per_unit)
         selected: dict[str, int] = {}
         kept_by_label: dict[str, int] = {}
         for g in live:
@@ -154,9 +154,6 @@ class Eda(IterativeRecipe):
 
     def output(self, ctx: RunContext, state: dict[str, Any]) -> SyntheticSet:
         return self._output(ctx, state, label_groups(ctx.private))
-
-    def _mechanism(self, ctx: RunContext) -> LimitedDomainTopK:
-        return with_domain(ctx.plan.stage("selection").mechanism, self.params.domain_size)
 
     def _initial(self, ctx: RunContext, groups: list[str | None]) -> dict[str, Any]:
         """N_pb public texts written from the label names alone; H from their decodings."""

@@ -8,8 +8,6 @@ removing the record (Δ∞ = Δ0 = 1), and the labels' releases compose in paral
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from dpsynth.errors import InputError
@@ -47,8 +45,3 @@ def dp_select_parents(voters: Voters, candidate_embeddings: np.ndarray,
     return {g: pool[np.asarray(picked, dtype=np.int64)].tolist()
             for g, pool, picked in zip(groups, pools, released, strict=True)}
 
-
-def with_domain(mechanism: LimitedDomainTopK, domain_size: int) -> LimitedDomainTopK:
-    """The planned mechanism with the recipe's domain size K (the event does not depend on
-    K, so the plan holds)."""
-    return replace(mechanism, domain_size=domain_size)
