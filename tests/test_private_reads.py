@@ -45,3 +45,16 @@ def test_the_check_catches_what_it_forbids():
               "    return ctx.ledger.release('s', m, codes, ctx.noise)\n")
     assert len(_offences(ast.parse(source))) == 3
     assert len(_modules()) > 20
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "methods").glob("*.py")), ids=lambda p: p.name)
+def test_recipes_ask_the_backend_factory_for_models(path):
+    """No recipe names a concrete model class: it asks `dpsynth.backends` for one."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    assert not {m for m in imported
+                if m.startswith(("dpsynth.backends.offline", "transformers", "torch"))}

@@ -130,3 +130,18 @@ def build_generator(cfg: GeneratorConfig, base_dir: Path | None = None) -> Gener
 
         generator = CachedGenerator(generator, ContentCache(cfg.cache), read_only=cfg.dry_run)
     return generator
+
+
+def build_trainable_lm(source: str | Path | None = None):
+    """A local LM a recipe can DP-fine-tune and sample from (the shipped one by default)."""
+    from dpsynth.backends.offline.trainable import TrainableLM
+
+    return TrainableLM(source)
+
+
+def build_inversion_decoder(folder: str | Path | None = None):
+    """An embedding→text decoder and, through its `scorer()`, the perplexity model it was
+    trained beside (the shipped ones by default)."""
+    from dpsynth.backends.offline.inversion import InversionDecoder
+
+    return InversionDecoder(Path(folder) if folder else None)

@@ -21,7 +21,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpsynth.backends.base import Condition
+from dpsynth.backends import Condition, build_trainable_lm
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.toolbox import allocate, keep_produced
@@ -86,8 +86,6 @@ class Ctcl(Recipe):
         return {"generate": self.params.n_output}
 
     def run(self, ctx: RunContext) -> SyntheticSet:
-        from dpsynth.backends.offline.generator import OfflineGenerator
-
         plan = ctx.plan
         trained = ctx.checkpoints.folder / "model"
         if ctx.resumed is None:
@@ -103,8 +101,8 @@ class Ctcl(Recipe):
             self._train(ctx, plan, state, assigned)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
-        generator = OfflineGenerator(trained, temperature=self.params.temperature,
-                                     top_p=self.params.top_p, seed=ctx.seed)
+        generator = self._lm.generator(trained, self.params.temperature, self.params.top_p,
+                                       ctx.seed)
         conditions = self._conditions(ctx, state)
         texts, labels = keep_produced(generator.generate(conditions),
                                       [c.label for c in conditions])
@@ -144,31 +142,17 @@ class Ctcl(Recipe):
                assigned: np.ndarray | None) -> None:
         """DP-Adam on (condition → document) pairs, checkpointed every `checkpoint_every`
         steps and at the end; the trained weights are a DP release."""
-        import torch
-        from transformers import GPT2LMHeadModel
-
-        from dpsynth.backends.offline import format as fmt
-        from dpsynth.backends.offline.generator import MAX_KEYWORDS
-        from dpsynth.backends.offline.model import load_tokenizer
         from dpsynth.ops.dp_training import DpTraining, dp_finetune, training_sequences
 
-        p, private = self.params, ctx.private
-        source = self._source
-        tokenizer = load_tokenizer(source)
-        table = state["topic_keywords"]
-        sequences = training_sequences(private, lambda i, label, text: tokenizer.encode(
-            fmt.document_sequence(fmt.Fields(
-                label=label,
-                keywords=tuple(table[assigned[i]][:MAX_KEYWORDS]) if assigned is not None
-                else ()), text)).ids)
+        p, lm, table = self.params, self._lm, state["topic_keywords"]
+        sequences = training_sequences(ctx.private, lambda i, label, text: lm.document_ids(
+            label, table[assigned[i]] if assigned is not None else (), text))
         stage = plan.stage("training")
-        model = GPT2LMHeadModel.from_pretrained(source, dtype=torch.float32)
         config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
                             learning_rate=p.learning_rate, max_length=p.max_length,
                             grad_sample_mode=p.grad_sample_mode)
-        eos = tokenizer.token_to_id(fmt.EOS)
-        dp_finetune(model, sequences, eos, config, ctx.ledger, "training",
+        dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, ctx.ledger, "training",
                     lambda: stage.spec.release_event(stage.noise_scale), ctx.noise.random_key,
                     self._checkpoints(ctx, state))
 
@@ -180,29 +164,20 @@ class Ctcl(Recipe):
             committed=lambda step: ctx.save(step, {**state, "trained_steps": step}),
             resume_step=state["trained_steps"])
 
-    @property
-    def _source(self) -> Path:
-        from dpsynth.backends.offline.model import asset_dir
-
-        return Path(self.params.model or asset_dir())
+    @functools.cached_property
+    def _lm(self):
+        return build_trainable_lm(self.params.model)
 
     def _export(self, ctx: RunContext, out: Path) -> None:
         """The committed final training state as a model folder, then the training state
         goes. Each step can be redone, so a kill anywhere here resumes here."""
-        import torch
-        from transformers import GPT2LMHeadModel
-
-        training = ctx.checkpoints.folder / "training"
         done = out / "exported"
         if not done.exists():
-            model = GPT2LMHeadModel.from_pretrained(self._source, dtype=torch.float32)
+            model = self._lm.fresh_model()
             self._checkpoints(ctx, {"trained_steps": self.params.steps}).load_weights(model)
-            model.save_pretrained(out)
-            for extra in self._source.iterdir():  # tokenizer and keyword table travel along
-                if extra.suffix == ".json" and extra.name != "config.json":
-                    shutil.copy(extra, out / extra.name)
+            self._lm.export(model, out)
             done.touch()
-        shutil.rmtree(training, ignore_errors=True)
+        shutil.rmtree(ctx.checkpoints.folder / "training", ignore_errors=True)
 
     # -- generation (post-processing) --------------------------------------------------------
 

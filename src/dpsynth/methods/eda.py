@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import logging
 from functools import cached_property
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dpsynth.backends.base import Condition
+from dpsynth.backends import Condition, build_inversion_decoder
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.toolbox import allocate, keep_produced
@@ -97,16 +96,12 @@ class Eda(IterativeRecipe):
 
     @cached_property
     def _decoder(self):
-        from dpsynth.backends.offline.inversion import InversionDecoder
-
-        return InversionDecoder(Path(self.params.decoder) if self.params.decoder else None)
+        return build_inversion_decoder(self.params.decoder)
 
     @cached_property
     def _scorer(self):
         """The decoder's public LM, as the perplexity model of the readability filter."""
-        from dpsynth.backends.offline.generator import OfflineGenerator
-
-        return OfflineGenerator(self._decoder.base_dir, seed=0)
+        return self._decoder.scorer()
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         self._decoder.check_embedder(ctx.embedder)

@@ -137,6 +137,12 @@ class InversionDecoder:
     def dim(self) -> int:
         return self.spec.embedding_dim
 
+    def scorer(self):
+        """The decoder's public LM as a perplexity model (eda's readability filter)."""
+        from dpsynth.backends.offline.generator import OfflineGenerator
+
+        return OfflineGenerator(self.base_dir, seed=0)
+
     def check_embedder(self, embedder: Embedder) -> None:
         """Refuse an embedder other than the one the decoder learned to invert."""
         if embedder.dim != self.dim:

@@ -1,0 +1,54 @@
+"""The offline LM as something a recipe can fine-tune with DP and then sample from: the model
+to train, its document format, the export of trained weights, and a generator over them.
+
+CTCL and the DP fine-tune baseline use it through `dpsynth.backends.build_trainable_lm`, so a
+recipe names no model class, tokenizer or prompt format.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from dpsynth.backends.offline import format as fmt
+from dpsynth.backends.offline.generator import MAX_KEYWORDS, OfflineGenerator
+from dpsynth.backends.offline.model import asset_dir, load_tokenizer
+
+
+class TrainableLM:
+    """A public model folder (the shipped LM unless `source` names another)."""
+
+    def __init__(self, source: str | Path | None = None) -> None:
+        self.source = Path(source) if source is not None else asset_dir()
+        self._tokenizer = load_tokenizer(self.source)
+
+    @property
+    def pad_id(self) -> int:
+        """End-of-text, which also pads the training batches."""
+        return self._tokenizer.token_to_id(fmt.EOS)
+
+    def document_ids(self, label: str | None, keywords: Sequence[str], text: str) -> list[int]:
+        """A training document: the condition (label, up to MAX_KEYWORDS keywords), then
+        the text, in the format the generator conditions on."""
+        fields = fmt.Fields(label=label, keywords=tuple(keywords[:MAX_KEYWORDS]))
+        return self._tokenizer.encode(fmt.document_sequence(fields, text)).ids
+
+    def fresh_model(self):
+        """The public weights, in float32 for training."""
+        import torch
+        from transformers import GPT2LMHeadModel
+
+        return GPT2LMHeadModel.from_pretrained(self.source, dtype=torch.float32)
+
+    def export(self, model, folder: Path) -> None:
+        """Trained weights as a model folder the generator can load (tokenizer and keyword
+        table travel along)."""
+        model.save_pretrained(folder)
+        for extra in self.source.iterdir():
+            if extra.suffix == ".json" and extra.name != "config.json":
+                shutil.copy(extra, folder / extra.name)
+
+    @staticmethod
+    def generator(folder: Path, temperature: float, top_p: float, seed: int) -> OfflineGenerator:
+        return OfflineGenerator(folder, temperature=temperature, top_p=top_p, seed=seed)
