@@ -43,7 +43,7 @@ def seed_sigma(epsilon: float, basic: bool = False) -> float:
 
 def ours_votes_alone(epsilon: float) -> float:
     def event(sigma: float) -> dp_event.DpEvent:
-        return dp_event.SelfComposedDpEvent(SubsampledGaussianHistogram(sigma, Q, 1).event, T)
+        return dp_event.SelfComposedDpEvent(SubsampledGaussianHistogram(sigma, Q).event, T)
     return calibrate(event, VOTE_FRACTION * epsilon, DELTA)
 
 

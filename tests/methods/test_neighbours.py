@@ -84,6 +84,8 @@ class Recorder:
 
 
 def _copy(values):
+    if isinstance(values, m.Votes):
+        return m.Votes(np.array(values.targets), values.n_bins)
     if isinstance(values, list):
         return [np.array(v, dtype=float) for v in values]
     return np.array(values, dtype=float)
@@ -103,8 +105,9 @@ def assert_within_sensitivity(d: Seen, d2: Seen) -> None:
                                       Seen(d.stage, mech.inner, b[i]))
         return
     if isinstance(mech, m.SubsampledGaussianHistogram):  # one vote per unit: L2 ≤ 1
-        a = np.bincount(a.astype(int), minlength=mech.n_bins)
-        b = np.bincount(b.astype(int), minlength=mech.n_bins)
+        assert a.n_bins == b.n_bins, f"{where}: the number of bins depends on the data"
+        a = np.bincount(a.targets.astype(int), minlength=a.n_bins)
+        b = np.bincount(b.targets.astype(int), minlength=b.n_bins)
         assert np.linalg.norm(a - b) <= 1, f"{where}: votes moved by L2 {np.linalg.norm(a - b)}"
         return
     if isinstance(mech, m.NoisyMean):

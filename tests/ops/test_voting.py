@@ -13,7 +13,7 @@ def test_votes_count_each_record_once_within_its_label():
     candidates = np.eye(3, dtype=np.float32)
     voters = Voters(np.eye(3, dtype=np.float32)[[0, 0, 1, 2, 2]], np.array([0, 0, 1, 1, 1]))
     ledger = PrivacyLedger(1000.0, 1e-5)
-    mech = SubsampledGaussianHistogram(0.1, 1.0, 1)  # the op sets n_bins
+    mech = SubsampledGaussianHistogram(0.1, 1.0)
     votes = dp_nearest_votes(voters, candidates, np.array([0, 1, 1]), mech, ledger, make_rng(0))
     np.testing.assert_allclose(votes, [2, 1, 2], atol=0.5)
     assert [c.stage for c in ledger.charges] == ["voting"]
@@ -22,5 +22,5 @@ def test_votes_count_each_record_once_within_its_label():
 def test_votes_need_one_record_per_unit():
     with pytest.raises(InputError, match="max_records_per_user: 1"):
         dp_nearest_votes(Voters(np.eye(2)), np.eye(2), None,
-                         SubsampledGaussianHistogram(1.0, 1.0, 1), PrivacyLedger(1.0, 1e-5),
+                         SubsampledGaussianHistogram(1.0, 1.0), PrivacyLedger(1.0, 1e-5),
                          make_rng(0), records_per_unit=2)

@@ -74,7 +74,7 @@ def test_subsampled_gaussian_pld_rdp_and_opacus_agree():
 
 def test_discrete_subsampled_histogram_accounts_like_the_continuous_gaussian():
     """The discrete Gaussian dpsynth samples costs what the continuous one would (±1%)."""
-    ours = dp_event.SelfComposedDpEvent(SubsampledGaussianHistogram(2.0, 0.05, 4).event, 300)
+    ours = dp_event.SelfComposedDpEvent(SubsampledGaussianHistogram(2.0, 0.05).event, 300)
     continuous = dp_event.SelfComposedDpEvent(
         dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(2.0)), 300)
     reference = pld_privacy_accountant.PLDAccountant(
@@ -122,6 +122,6 @@ def test_approximate_event_spends_its_delta_outside_the_pld():
 
 def test_sampling_rate_a_hair_below_one_accounts_as_rate_one():
     """dp_accounting's subsampled discrete-Gaussian PLD fails at q = 1 - 2⁻⁵³; rate 1 bounds it."""
-    almost = SubsampledGaussianHistogram(1.0, 1 - 2**-53, 2).event
-    full = SubsampledGaussianHistogram(1.0, 1.0, 2).event
+    almost = SubsampledGaussianHistogram(1.0, 1 - 2**-53).event
+    full = SubsampledGaussianHistogram(1.0, 1.0).event
     assert epsilon_of(almost, 1e-5, 1e-3) == epsilon_of(full, 1e-5, 1e-3)

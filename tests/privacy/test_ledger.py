@@ -19,6 +19,7 @@ from dpsynth.privacy import (
     LimitedDomainTopK,
     PrivacyLedger,
     SubsampledGaussianHistogram,
+    Votes,
     epsilon_of,
     make_rng,
 )
@@ -53,7 +54,8 @@ def test_over_budget_release_raises_before_any_noise_is_drawn():
 
 def test_charges_are_recorded_with_stage_sensitivity_and_scale():
     ledger = PrivacyLedger(2.0, 1e-5, discretization=COARSE)
-    ledger.release("votes", SubsampledGaussianHistogram(8.0, 0.5, 3), [0, 1, 2, 2], make_rng(1))
+    ledger.release("votes", SubsampledGaussianHistogram(8.0, 0.5), Votes([0, 1, 2, 2], 3),
+                   make_rng(1))
     charge = ledger.charges[0]
     assert (charge.stage, charge.mechanism, charge.sensitivity, charge.noise_scale) == (
         "votes", "subsampled_gaussian", 1.0, 8.0)
@@ -72,7 +74,7 @@ def _busy_ledger() -> PrivacyLedger:
     ledger.release("svt", AboveThreshold(0.2, 0.0), [-3.0, 5.0], rng)
     ledger.release("hist", Laplace(10.0), [4, 5], rng)
     for _ in range(3):
-        ledger.release("votes", SubsampledGaussianHistogram(6.0, 0.8, 4), [0, 3, 3], rng)
+        ledger.release("votes", SubsampledGaussianHistogram(6.0, 0.8), Votes([0, 3, 3], 4), rng)
     ledger.release("select", LimitedDomainTopK(0.1, 1e-6, 5, 2), np.arange(20), rng)
     ledger.release("pate", Gaussian(30.0, max_changed=2), [1, 2], rng)
     return ledger
@@ -124,7 +126,7 @@ _events = st.one_of(
     st.floats(0.5, 20).map(lambda b: Laplace(b).event),
     st.floats(0.5, 40).map(lambda s: Gaussian(s).event),
     st.tuples(st.floats(1, 30), st.floats(0.05, 1)).map(
-        lambda p: SubsampledGaussianHistogram(p[0], p[1], 2).event),
+        lambda p: SubsampledGaussianHistogram(p[0], p[1]).event),
     st.floats(0.01, 1.5).map(PureDpEvent),
     st.floats(0.01, 0.5).map(lambda e: LimitedDomainTopK(e, 2e-7, 4, 2).event),
 )

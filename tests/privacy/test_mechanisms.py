@@ -13,6 +13,7 @@ from dpsynth.privacy import (
     LimitedDomainTopK,
     NoisyMean,
     SubsampledGaussianHistogram,
+    Votes,
     epsilon_of,
     make_rng,
     report_noisy_max,
@@ -67,14 +68,14 @@ def test_noisy_mean_is_accurate_with_a_large_budget_and_spends_its_epsilon():
 
 def test_subsampled_histogram_counts_sampled_votes():
     votes = np.repeat([0, 1, 2], [3000, 1000, 0])
-    noisy = SubsampledGaussianHistogram(1.0, 0.5, 3)._release(votes, make_rng(0))
+    noisy = SubsampledGaussianHistogram(1.0, 0.5)._release(Votes(votes, 3), make_rng(0))
     assert noisy == pytest.approx([1500, 500, 0], abs=100)
     with pytest.raises(ValueError, match=r"votes must lie in \[0, 3\); the vote at index 1"):
-        SubsampledGaussianHistogram(1.0, 0.5, 3)._release([0, 3], make_rng(0))
+        SubsampledGaussianHistogram(1.0, 0.5)._release(Votes([0, 3], 3), make_rng(0))
 
 
 @pytest.mark.parametrize("bad", [
-    lambda: Gaussian(0.0), lambda: Laplace(-1.0), lambda: SubsampledGaussianHistogram(1, 1.5, 2),
+    lambda: Gaussian(0.0), lambda: Laplace(-1.0), lambda: SubsampledGaussianHistogram(1, 1.5),
     lambda: LimitedDomainTopK(1.0, 0.0, 5, 2), lambda: LimitedDomainTopK(1.0, 1e-6, 2, 5),
     lambda: ExponentialTopK(1.0, k=0), lambda: NoisyMean(1.0, 1.0, 1.0),
 ])

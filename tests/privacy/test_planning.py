@@ -83,7 +83,7 @@ def test_votes_need_less_noise_than_the_seed_accounting_allows():
     eps_pre = math.log1p(math.expm1(0.5) / 0.8)
     seed_sigma = math.sqrt(10) * analytic_gaussian_sigma(eps_pre, DELTA / 0.8)
     ours = calibrate(lambda s: dp_event.SelfComposedDpEvent(
-        SubsampledGaussianHistogram(s, 0.8, 1).event, 10), 0.5, DELTA, discretization=COARSE)
+        SubsampledGaussianHistogram(s, 0.8).event, 10), 0.5, DELTA, discretization=COARSE)
     assert seed_sigma == pytest.approx(18.30, abs=0.01)
     assert ours < 0.97 * seed_sigma
 

@@ -7,14 +7,12 @@ the sampling that really happened.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from dpsynth.errors import InputError
 from dpsynth.ops.nearest import Voters, grouped_nearest
 from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram
+from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram, Votes
 from dpsynth.privacy.noise import NoiseSource
 
 
@@ -32,5 +30,5 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
                          "data.max_records_per_user: 1 for this recipe")
     targets = grouped_nearest(voters.embeddings, voters.labels, candidate_embeddings,
                               candidate_labels)
-    mechanism = replace(mechanism, n_bins=len(candidate_embeddings))
-    return ledger.release(stage, mechanism, targets[targets >= 0], noise)
+    return ledger.release(stage, mechanism, Votes(targets[targets >= 0],
+                                                  len(candidate_embeddings)), noise)

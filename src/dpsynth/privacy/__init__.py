@@ -17,6 +17,7 @@ from dpsynth.privacy.mechanisms import (
     Mechanism,
     NoisyMean,
     SubsampledGaussianHistogram,
+    Votes,
     report_noisy_max,
 )
 from dpsynth.privacy.noise import NoiseSource, make_rng
@@ -45,6 +46,7 @@ __all__ = [
     "StagePlan",
     "StageSpec",
     "SubsampledGaussianHistogram",
+    "Votes",
     "analytic_gaussian_delta",
     "analytic_gaussian_sigma",
     "apply_split",

@@ -217,21 +217,27 @@ class Gaussian(_GridValues):
 
 
 @dataclass(frozen=True)
+class Votes:
+    """What a vote histogram is built from: each unit's vote (a bin index) and the number of
+    bins, which the candidates fix at release time (the event does not depend on it)."""
+
+    targets: Any
+    n_bins: int
+
+
+@dataclass(frozen=True)
 class SubsampledGaussianHistogram(Mechanism):
-    """Each unit votes for one of `n_bins` bins; units are Poisson-sampled at `sampling_rate`,
+    """Each unit votes for one of the bins; units are Poisson-sampled at `sampling_rate`,
     the sampled votes counted, and discrete Gaussian noise σ added (L2 sensitivity 1)."""
 
     sigma: float
     sampling_rate: float
-    n_bins: int
     kind: ClassVar[str] = "subsampled_gaussian"
 
     def __post_init__(self) -> None:
         _positive("sigma", self.sigma)
         if not 0 < self.sampling_rate <= 1:
             raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate}")
-        if self.n_bins < 1:
-            raise ValueError(f"n_bins must be >= 1, got {self.n_bins}")
 
     @property
     def event(self) -> dp_event.DpEvent:
@@ -246,15 +252,18 @@ class SubsampledGaussianHistogram(Mechanism):
     def noise_scale(self) -> float:
         return self.sigma
 
-    def _release(self, values: Any, noise: NoiseSource) -> np.ndarray:
-        votes = np.asarray(values, dtype=np.int64).ravel()
-        if votes.size and (votes.min() < 0 or votes.max() >= self.n_bins):
-            bad = int(np.flatnonzero((votes < 0) | (votes >= self.n_bins))[0])
-            raise ValueError(f"votes must lie in [0, {self.n_bins}); the vote at index {bad} "
+    def _release(self, values: Votes, noise: NoiseSource) -> np.ndarray:
+        n_bins = values.n_bins
+        if n_bins < 1:
+            raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+        votes = np.asarray(values.targets, dtype=np.int64).ravel()
+        if votes.size and (votes.min() < 0 or votes.max() >= n_bins):
+            bad = int(np.flatnonzero((votes < 0) | (votes >= n_bins))[0])
+            raise ValueError(f"votes must lie in [0, {n_bins}); the vote at index {bad} "
                              "does not")
         kept = votes[noise.poisson_sample(votes.size, self.sampling_rate)]
-        counts = np.bincount(kept, minlength=self.n_bins)
-        return (counts + noise.discrete_gaussian(self.sigma, self.n_bins)).astype(float)
+        counts = np.bincount(kept, minlength=n_bins)
+        return (counts + noise.discrete_gaussian(self.sigma, n_bins)).astype(float)
 
 
 @dataclass(frozen=True)

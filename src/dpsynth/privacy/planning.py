@@ -72,7 +72,7 @@ class StageSpec:
         if kind == "gaussian":
             return m.Gaussian(noise_scale, d, self.max_changed, float(d).is_integer())
         if kind == "subsampled_gaussian":
-            return m.SubsampledGaussianHistogram(noise_scale, self.sampling_rate, 1)
+            return m.SubsampledGaussianHistogram(noise_scale, self.sampling_rate)
         if kind == "svt":
             return m.AboveThreshold(2 * d / noise_scale, 0.0, d)
         if kind == "noisy_mean":  # values in [-d, d]; the scale is the count's Laplace b
