@@ -57,9 +57,9 @@ class RunConfig(BaseModel):
     recipe: RecipeConfig
     backends: BackendsConfig = BackendsConfig()
     output: OutputConfig = OutputConfig()
-    seed: int | None = Field(None, ge=0, description="fixes the public randomness (prompts, "
-                             "sampling, generation); DP noise stays cryptographic unless "
-                             "budget.noise says otherwise")
+    seed: int | None = Field(None, ge=0, lt=2**31, description="fixes the public randomness "
+                             "(prompts, sampling, generation); DP noise stays cryptographic "
+                             "unless budget.noise says otherwise")
     base_dir: Path | None = Field(None, exclude=True)
 
     @model_validator(mode="after")

@@ -55,7 +55,7 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     unit = (f"user:{config.data.records_per_unit}" if config.data.user_column else "record")
     journal = Journal.open(config.output.dir / "checkpoints" / "releases.jsonl", JournalHeader(
         config.budget.epsilon, run_plan.delta,
-        config.seed if config.seed is not None else secrets.randbits(63),
+        config.seed if config.seed is not None else secrets.randbits(31),
         config.budget.noise, unit))
     try:
         return _run(config, run_plan, journal, embedder, generator)

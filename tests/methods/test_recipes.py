@@ -26,14 +26,14 @@ RECIPES = pytest.mark.parametrize("recipe", sorted(PARAMS))
 
 
 def make_config(tmp_path, tickets, recipe="dpga", out="out", epsilon=2.0,
-                noise="cryptographic", **params):
+                noise="cryptographic", seed=7, **params):
     texts, labels = tickets
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
     raw = {"data": {"path": "private.csv", "label_column": "label"},
            "budget": {"epsilon": epsilon, "noise": noise},
            "recipe": {"name": recipe, "params": {**PARAMS[recipe], **params}},
-           "output": {"dir": str(tmp_path / out)}, "seed": 7}
+           "output": {"dir": str(tmp_path / out)}, "seed": seed}
     return parse_config(raw, base_dir=tmp_path)
 
 
@@ -51,6 +51,14 @@ def test_recipe_runs_and_spends_its_budget(tmp_path, tickets, recipe):
     stage, releases = RELEASE_STAGE[recipe]
     assert privacy["breakdown"][stage]["releases"] == releases
     assert outputs.metrics.read_text().strip()
+
+
+@RECIPES
+def test_recipe_runs_unseeded_as_users_run_it(tmp_path, tickets, recipe):
+    outputs = run(make_config(tmp_path, tickets, recipe, seed=None), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    assert len(pd.read_csv(outputs.synthetic)) == OUTPUT_SIZE[recipe]
+    assert 0 <= json.loads(outputs.privacy.read_text())["spent"]["epsilon"] <= 2.0
 
 
 def test_dpga_releases_its_metadata(tmp_path, tickets):
