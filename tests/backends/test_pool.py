@@ -8,9 +8,11 @@ import pandas as pd
 import pytest
 
 from dpsynth.backends.base import Condition
+from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.factory import build_generator
 from dpsynth.backends.pool import PoolGenerator
 from dpsynth.backends.pool_texts import read_pool_texts
-from dpsynth.errors import DataError
+from dpsynth.errors import ConfigError, DataError
 from dpsynth.synthesis import run
 from tests.methods.fakes import VOCAB, HashEmbedder, ticket_texts
 from tests.methods.test_recipes import make_config
@@ -167,6 +169,18 @@ def test_pool_reads_folders_and_tables_and_caps_deterministically(tmp_path):
 def test_bad_pools_are_named_in_the_error(tmp_path, setup, message):
     with pytest.raises(DataError, match=message):
         make_pool(setup(tmp_path))
+
+
+def test_factory_builds_a_pool_from_config_paths(tmp_path, pool_file, monkeypatch):
+    monkeypatch.setattr("dpsynth.backends.factory.EMBEDDERS",
+                        {"minilm": lambda cfg: HashEmbedder(DIM)})
+    cfg = GeneratorConfig(name="pool", path="public.txt", index_dir="index", seed=1,
+                          candidates=2)
+    pool = build_generator(cfg, base_dir=tmp_path)
+    assert pool.generate([Condition(label="account")])[0].startswith("account")
+    assert list((tmp_path / "index").glob("*.npy"))
+    with pytest.raises(ConfigError, match="backends.generator.path"):
+        build_generator(GeneratorConfig(name="pool"))
 
 
 def test_pe_on_a_pool_outputs_pool_texts(tmp_path, pool_file):
