@@ -28,8 +28,9 @@ from dpsynth.backends.pool_index import PoolIndex
 from dpsynth.backends.pool_texts import read_pool_texts
 from dpsynth.errors import InputError
 
-DEFAULT_MAX_TEXTS = 20_000
-"""Pool texts kept (a fixed subsample beyond it): MiniLM embeds this many in minutes on a CPU."""
+DEFAULT_MAX_TEXTS = 10_000
+"""Pool texts kept (a fixed subsample beyond it). Embedding is paid once per pool: MiniLM took
+160 s for 2,000 wikinews paragraphs on 2 shared CPU cores, so about 13 minutes for this many."""
 DEFAULT_CANDIDATES = 20
 LENGTH_SLACK = 0.25
 """A text is of the condition's length when it has (1 ± slack) times the target words, as

@@ -49,6 +49,8 @@ class PoolIndex:
         self.embedded = 0
         self.vectors = self._load(folders)
         if self.vectors is None:
+            log.info("embedding %d pool texts from %s (once: the result is stored)",
+                     len(self.texts), source)
             self.vectors = np.ascontiguousarray(embedder.encode(self.texts), dtype=np.float32)
             self.embedded = len(self.texts)
             self._save(folders)
