@@ -11,7 +11,7 @@ from dpsynth.backends.base import Condition
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import build_generator
 from dpsynth.backends.pool import PoolGenerator
-from dpsynth.backends.pool_texts import read_pool_texts
+from dpsynth.backends.pool_texts import read_pool_texts, refuse_private_pool
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.synthesis import run
 from tests.methods.fakes import VOCAB, HashEmbedder, ticket_texts
@@ -169,6 +169,14 @@ def test_pool_reads_folders_and_tables_and_caps_deterministically(tmp_path):
 def test_bad_pools_are_named_in_the_error(tmp_path, setup, message):
     with pytest.raises(DataError, match=message):
         make_pool(setup(tmp_path))
+
+
+def test_a_pool_that_is_or_holds_the_private_data_is_refused(tmp_path, pool_file):
+    private = tmp_path / "private" / "train.csv"
+    for pool in (private, tmp_path / "private", tmp_path / "private" / ".." / "private"):
+        with pytest.raises(ConfigError, match="is or holds the private data"):
+            refuse_private_pool(pool, private)
+    refuse_private_pool(pool_file, private)  # a sibling file is fine
 
 
 def test_factory_builds_a_pool_from_config_paths(tmp_path, pool_file, monkeypatch):

@@ -12,7 +12,8 @@ Evolution, where DP selection picks among real public texts instead of LM sample
 - fill: the nearest text to the masked text (blanks dropped).
 
 No pool text is returned twice within one call unless the call asks for more texts than the
-pool holds. Randomness comes from the seed and the call count, as in `OfflineGenerator`.
+pool holds. Only generate draws at random, from the seed and its call count (as in
+`OfflineGenerator`); the other operations are deterministic.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.data.io import read_table
-from dpsynth.errors import DataError
+from dpsynth.errors import ConfigError, DataError
 
 SUBSAMPLE_SEED = 0
 """Fixed, not the run's seed: a pool that changed with the seed would be re-embedded each run."""
@@ -39,6 +39,15 @@ def read_pool_texts(path: str | Path, column: str = "text",
                                                             replace=False)
         texts = [texts[i] for i in np.sort(keep)]
     return texts
+
+
+def refuse_private_pool(pool: Path, private: Path) -> None:
+    """Raise when the pool is the private data, holds it, or lies inside it: every pool text
+    can appear verbatim in the output, so a private text there would be released as is."""
+    pool, private = pool.resolve(), private.resolve()
+    if pool.is_relative_to(private) or private.is_relative_to(pool):
+        raise ConfigError(f"backends.generator.path: {pool} is or holds the private data "
+                          f"(data.path: {private}); a pool must be public text")
 
 
 def _read_lines(path: Path) -> list[str]:
