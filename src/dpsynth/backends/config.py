@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dpsynth.backends.pool import DEFAULT_CANDIDATES, DEFAULT_MAX_TEXTS
+
 
 class Price(BaseModel):
     """US dollars per million tokens, for the cost estimate."""
@@ -64,7 +66,7 @@ class EmbedderConfig(BaseModel):
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["offline", "openai", "hf"] = "offline"
+    name: Literal["offline", "openai", "hf", "pool"] = "offline"
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
@@ -86,6 +88,27 @@ class GeneratorConfig(BaseModel):
     )
     cache: Path | None = Field(
         None, description="SQLite file caching generations, so reruns pay nothing twice"
+    )
+    path: Path | None = Field(
+        None, description="pool: the PUBLIC texts to retrieve from: a .txt file (one text per "
+        "line), a folder of .txt files, or csv/jsonl/parquet/hf with text_column; never the "
+        "private data"
+    )
+    text_column: str = Field("text", description="pool: the text column of a table")
+    max_texts: int = Field(
+        DEFAULT_MAX_TEXTS, gt=0, description="pool: texts kept (a fixed subsample beyond it)"
+    )
+    candidates: int = Field(
+        DEFAULT_CANDIDATES, gt=0, description="pool: generate draws among this many best "
+        "matches; rewrite at strength 1 takes the candidates-th neighbour"
+    )
+    embedder: EmbedderConfig = Field(
+        EmbedderConfig(), description="pool: the embedder that indexes the pool and embeds "
+        "queries (public text only)"
+    )
+    index_dir: Path | None = Field(
+        None, description="pool: folder for the pool's embeddings (default: beside the pool, "
+        "else ~/.cache/dpsynth/pool)"
     )
 
 

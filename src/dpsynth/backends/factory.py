@@ -24,7 +24,7 @@ def _with_paths_resolved(cfg: C, base_dir: Path | None) -> C:
     if base_dir is None:
         return cfg
     update: dict[str, object] = {}
-    for key in ("cache", "fit_texts"):
+    for key in ("cache", "fit_texts", "path", "index_dir"):
         value = getattr(cfg, key, None)
         if value is not None and not Path(value).is_absolute():
             update[key] = base_dir / value
@@ -33,6 +33,8 @@ def _with_paths_resolved(cfg: C, base_dir: Path | None) -> C:
         update["prompts"] = str(base_dir / prompts)
     if cfg.model and not Path(cfg.model).is_absolute() and (base_dir / cfg.model).exists():
         update["model"] = str(base_dir / cfg.model)
+    if isinstance(cfg, GeneratorConfig):
+        update["embedder"] = _with_paths_resolved(cfg.embedder, base_dir)
     return cfg.model_copy(update=update) if update else cfg
 
 
@@ -97,10 +99,22 @@ def _offline(cfg: GeneratorConfig) -> Generator:
                             seed=cfg.seed)
 
 
+def _pool(cfg: GeneratorConfig) -> Generator:
+    from dpsynth.backends.pool import PoolGenerator
+
+    if cfg.path is None:
+        raise ConfigError("backends.generator.path: name the PUBLIC text pool (a .txt file, a "
+                          "folder of .txt files, or a csv/jsonl/parquet/hf table) for name: pool")
+    return PoolGenerator(cfg.path, build_embedder(cfg.embedder), text_column=cfg.text_column,
+                         max_texts=cfg.max_texts, candidates=cfg.candidates, seed=cfg.seed,
+                         index_dir=cfg.index_dir)
+
+
 GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
     "offline": _offline,
     "openai": _openai_generator,
     "hf": _hf_generator,
+    "pool": _pool,
 }
 
 
