@@ -77,3 +77,13 @@ def test_large_delta_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="dpsynth"):
         resolve_delta(BudgetConfig(epsilon=1, delta=1e-6), 100)
     assert not caplog.records
+
+
+def test_the_private_file_is_never_a_pool(tmp_path):
+    (tmp_path / "d.csv").write_text("text\nsecret\n")
+    raw = {**BASE, "backends": {"generator": {"name": "pool", "path": "d.csv"}}}
+    with pytest.raises(ConfigError, match="is or holds the private data"):
+        parse_config(raw, base_dir=tmp_path)
+    raw["backends"]["generator"]["path"] = str(tmp_path)  # a folder holding it
+    with pytest.raises(ConfigError, match="is or holds the private data"):
+        parse_config(raw, base_dir=tmp_path)

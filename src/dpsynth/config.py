@@ -68,6 +68,19 @@ class RunConfig(BaseModel):
             raise ValueError("budget.noise: seeded_not_private needs a seed")
         return self
 
+    @model_validator(mode="after")
+    def _pool_is_not_the_private_data(self) -> RunConfig:
+        """Pool texts can appear verbatim in the output: the private file is never a pool."""
+        generator = self.backends.generator
+        if generator.name == "pool" and generator.path is not None:
+            from dpsynth.backends.pool_texts import refuse_private_pool
+
+            refuse_private_pool(self._resolved(generator.path), self._resolved(self.data.path))
+        return self
+
+    def _resolved(self, path: Path) -> Path:
+        return path if path.is_absolute() or self.base_dir is None else self.base_dir / path
+
 
 def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = None) -> RunConfig:
     """Validate a mapping as a RunConfig, turning pydantic errors into one located message."""
