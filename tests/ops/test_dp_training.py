@@ -35,7 +35,7 @@ def mean_loss(model, seqs):
 
 
 def step_event(sigma, q):
-    return lambda: dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma))
+    return dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma))
 
 
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])

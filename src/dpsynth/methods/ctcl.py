@@ -153,7 +153,7 @@ class Ctcl(Recipe):
                             learning_rate=p.learning_rate, max_length=p.max_length,
                             grad_sample_mode=p.grad_sample_mode)
         dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, ctx.ledger, "training",
-                    lambda: stage.spec.release_event(stage.noise_scale), ctx.noise.random_key,
+                    stage.release_event, ctx.noise.random_key,
                     self._checkpoints(ctx, state))
 
     def _checkpoints(self, ctx: RunContext, state: dict):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from dp_accounting.dp_event import DpEvent
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -80,11 +81,11 @@ def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,
 
 def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: int,
                 config: DpTraining, ledger: PrivacyLedger, stage: str,
-                step_event: Callable[[], object], next_key: Callable[[], bytes],
+                step_event: DpEvent, next_key: Callable[[], bytes],
                 checkpoints: TrainingCheckpoints | None = None) -> nn.Module:
     """Train `model` in place on the private token sequences; returns the trained module.
 
-    `step_event()` is the ledger event of one step (from the budget plan); it is charged
+    `step_event` is the ledger event of one step (the budget plan's); it is charged
     before each optimizer step, so a step over budget raises before its noise is drawn.
     `next_key()` (the run's `NoiseSource.random_key`, so secret unless the run is seeded)
     seeds the batch sampling and the gradient noise, afresh at the start and at every
@@ -123,7 +124,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
                 checkpoints.save(step, model, optimizer)
             batches = _reseeded(dp_loader, next_key(), noise_generator)
         (batch,) = next(batches)
-        ledger.charge(stage, step_event(), mechanism="dp_sgd",
+        ledger.charge(stage, step_event, mechanism="dp_sgd",
                       sensitivity=config.max_grad_norm, noise_scale=config.noise_multiplier)
         if len(batch) == 0:
             _noise_only_step(dp_optimizer, config)
