@@ -9,7 +9,7 @@ from dpsynth.methods.base import RunContext
 from dpsynth.methods.kd_tutor import KdTutor
 from dpsynth.ops.pate import first_per_unit, noisy_argmax, partition_units, teacher_votes
 from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import Gaussian
+from dpsynth.privacy.mechanisms import Gaussian, Laplace
 from dpsynth.privacy.noise import NoiseSource
 from tests.methods.fakes import HashEmbedder, RecordingGenerator
 
@@ -98,3 +98,15 @@ def test_label_modes_shape_the_output(tmp_path, tickets, mode):
     if mode == "uniform":
         counts = np.unique(outputs.result.labels, return_counts=True)[1]
         assert counts.max() - counts.min() <= 1
+
+
+@pytest.mark.parametrize("per_query", [Gaussian(5.0, 1.0, 2), Laplace(8.0, 1.0, 2)])
+def test_a_batch_of_queries_costs_what_its_queries_cost_one_by_one(per_query):
+    from dp_accounting import dp_event
+
+    from dpsynth.ops.pate import _batch
+    from dpsynth.privacy.calibration import epsilon_of
+
+    together = epsilon_of(_batch(per_query, 10).event, 1e-5)
+    apart = epsilon_of(dp_event.ComposedDpEvent([per_query.event] * 10), 1e-5)
+    assert together == pytest.approx(apart, rel=1e-3)

@@ -25,7 +25,6 @@ from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.ops.pate import label_within_budget, train_discriminator, train_teachers
-from dpsynth.privacy.mechanisms import Gaussian, Laplace
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
 
@@ -127,9 +126,8 @@ class KdTutor(Recipe):
         p = self.params
         order = ranked[np.random.default_rng([ctx.seed, 1]).permutation(len(ranked))]
         order = order[: p.n_queries]
-        kind = Gaussian if p.noise == "gaussian" else Laplace
-        labels = label_within_budget(teachers, embeddings[order], kind,
-                                     plan.stage("student_queries").noise_scale, p.query_batch,
+        labels = label_within_budget(teachers, embeddings[order],
+                                     plan.stage("student_queries").mechanism, p.query_batch,
                                      ctx.ledger, ctx.noise)
         return order[: len(labels)], labels
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -101,20 +102,24 @@ def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: Priva
 
 
 def label_within_budget(teachers: Sequence[LogisticRegression], queries: np.ndarray,
-                        mechanism: type[Gaussian] | type[Laplace], scale: float, batch: int,
-                        ledger: PrivacyLedger, noise: NoiseSource,
-                        stage: str = "student_queries") -> np.ndarray:
+                        per_query: Gaussian | Laplace, batch: int, ledger: PrivacyLedger,
+                        noise: NoiseSource, stage: str = "student_queries") -> np.ndarray:
     """Noisy teacher labels for `queries`, in order and batch by batch; a batch that would
     exceed the budget is halved until it fits, and labelling stops when no query fits.
-    Returns the labels of the prefix of `queries` that was labelled."""
+    `per_query` is the planned release of one query; a batch of b releases b of them at once
+    (b times the changed coordinates: the same event as b separate releases). Returns the
+    labels of the prefix of `queries` that was labelled."""
     labels: list[int] = []
     while len(labels) < len(queries):
         size = min(batch, len(queries) - len(labels))
-        while size and ledger.would_spend(mechanism(scale, 1.0, 2 * size).event) > ledger.epsilon:
+        while size and ledger.would_spend(_batch(per_query, size).event) > ledger.epsilon:
             size //= 2
         if size == 0:
             break
         votes = teacher_votes(teachers, queries[len(labels): len(labels) + size])
-        labels += noisy_argmax(votes, mechanism(scale, 1.0, 2 * size), ledger, noise,
-                               stage).tolist()
+        labels += noisy_argmax(votes, _batch(per_query, size), ledger, noise, stage).tolist()
     return np.asarray(labels, dtype=np.int64)
+
+
+def _batch(per_query: Gaussian | Laplace, size: int) -> Gaussian | Laplace:
+    return replace(per_query, max_changed=per_query.max_changed * size)
