@@ -2,6 +2,7 @@
 
     python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
         [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
+        [--generator offline|pool:PATH [--pool-max-texts N]]
         [--tag NAME] [--keep-runs DIR] [--no-lower-bound]
 
 Every row is scored the same way: the same embedder (MiniLM), the same real test sample, the
@@ -125,8 +126,7 @@ def main(argv: list[str] | None = None) -> None:
 def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) -> Produced:
     """n texts conditioned on the (public) label names only, balanced across labels."""
     try:
-        generator = build_generator(GeneratorConfig(name=args.generator,
-                                                    model=args.generator_model, seed=seed))
+        generator = build_generator(GeneratorConfig(**_generator(args), seed=seed))
     except DpsynthError as exc:
         raise NotAvailable(str(exc)) from None
     labels = sorted(set(train.labels or []))
@@ -136,6 +136,18 @@ def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) 
     calls = generator.usage().get("calls", len(texts))
     return Produced(TextTable([texts[i] for i in kept], [wanted[i] for i in kept],
                               f"{args.generator} generator"), int(calls))
+
+
+def _generator(args: argparse.Namespace) -> dict:
+    """backends.generator for every row: `offline`, `hf`, ..., or `pool:PATH` (a public text
+    file or folder, `--pool-max-texts` of it)."""
+    name, _, path = args.generator.partition(":")
+    if name == "pool":
+        if not path:
+            raise SystemExit("--generator pool needs a path: pool:PATH")
+        return {"name": "pool", "path": str(Path(path).resolve()),
+                "max_texts": args.pool_max_texts}
+    return {"name": name, "model": args.generator_model}
 
 
 def _recipe_runner(recipe: str, epsilon: float, data: Path,
@@ -156,8 +168,7 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
                 "budget": {"epsilon": epsilon},
                 "recipe": {"name": recipe, "params": _params_for(recipe, args.recipe_params)},
                 "backends": {"embedder": {"name": args.embedder},
-                             "generator": {"name": args.generator,
-                                           "model": args.generator_model}},
+                             "generator": _generator(args)},
                 "output": {"dir": str(out), "format": "csv"},
                 "seed": seed,
             }
@@ -282,7 +293,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--n-synthetic", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=2000)
     parser.add_argument("--embedder", default="minilm")
-    parser.add_argument("--generator", default="offline")
+    parser.add_argument("--generator", default="offline",
+                        help="offline, hf, openai, or pool:PATH (public texts to select from)")
+    parser.add_argument("--pool-max-texts", type=int, default=10_000)
     parser.add_argument("--generator-model", default=None, help="backends.generator.model")
     parser.add_argument("--classifier", choices=("logistic", "finetune"), default="logistic")
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
