@@ -34,3 +34,12 @@ def test_keep_produced_drops_failures_and_keeps_labels_aligned():
     assert (texts, labels) == (["a", "c"], ["x", "z"])
     with pytest.raises(ValueError, match="shorter|longer"):
         keep_produced(["a"], ["x", "y"])
+
+
+def test_dpga_conditions_skip_keywords_whose_weight_underflowed():
+    from dpsynth.methods.dpga_metadata import Metadata
+
+    meta = Metadata(("a",), np.array([1.0]), None, None, {"a": ["x", "y", "z"]},
+                    {"a": np.array([1.0, 0.0, 0.0])})
+    conditions = meta.sample(np.random.default_rng(0), "a", 5, keywords_per_sample=3)
+    assert all(c.keywords == ("x",) for c in conditions)

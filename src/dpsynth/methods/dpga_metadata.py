@@ -55,7 +55,9 @@ class Metadata:
                                                                      self.length_edges[b] + 1)))
             chosen: tuple[str, ...] = ()
             if words:
-                k = min(keywords_per_sample, len(words))
+                # a keyword whose DP weight underflowed to 0 cannot be drawn without replacement
+                k = min(keywords_per_sample, int(np.count_nonzero(weights))
+                        if weights is not None else len(words))
                 idx = rng.choice(len(words), size=k, replace=False, p=weights)
                 chosen = tuple(words[i] for i in sorted(idx))
             out.append(Condition(label=label, keywords=chosen, length=length))

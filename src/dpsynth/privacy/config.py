@@ -16,7 +16,8 @@ class BudgetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    epsilon: float = Field(gt=0, description="total ε, > 0")
+    epsilon: float = Field(gt=0, le=100, description="total ε, in (0, 100]: far above any ε "
+                           "worth defending, and where the accountants still compute")
     delta: float | None = Field(None, gt=0, lt=1, description="total δ in (0, 1)")
     split: dict[str, float] | None = Field(
         None, description="fraction of the budget per stage; each recipe has a default"
