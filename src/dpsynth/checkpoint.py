@@ -9,12 +9,10 @@ refuses serialisation anyway).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from dpsynth.privacy.journal import fsync_folder
+from dpsynth.privacy.journal import atomic_write_text
 
 _PREFIX = "step-"
 
@@ -29,17 +27,8 @@ class CheckpointStore:
         """Write `state` for `step` atomically (a crash leaves the previous one intact)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         target = self.folder / f"{_PREFIX}{step:05d}.json"
-        fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"step": step, "state": state}, handle, ensure_ascii=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-            fsync_folder(self.folder)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(target, json.dumps({"step": step, "state": state},
+                                             ensure_ascii=False))
         return target
 
     def latest(self) -> tuple[int, dict[str, Any]] | None:

@@ -33,24 +33,23 @@ def _splits(k: int) -> list[list[int]]:
     return out
 
 
-def _laplace_pld(scale: float, shifts: list[int]) -> pld_lib.PrivacyLossDistribution:
-    plds = [pld_lib.from_discrete_laplace_mechanism(1 / scale, sensitivity=s,
-                                                   value_discretization_interval=1e-4)
-            for s in shifts]
+def _composed(make, shifts: list[int]) -> pld_lib.PrivacyLossDistribution:
+    """dp_accounting's PLD of the coordinates moving by `shifts`, composed."""
+    plds = [make(s) for s in shifts]
     total = plds[0]
     for pld in plds[1:]:
         total = total.compose(pld)
     return total
+
+
+def _laplace_pld(scale: float, shifts: list[int]) -> pld_lib.PrivacyLossDistribution:
+    return _composed(lambda s: pld_lib.from_discrete_laplace_mechanism(
+        1 / scale, sensitivity=s, value_discretization_interval=1e-4), shifts)
 
 
 def _gaussian_pld(sigma: float, shifts: list[int]) -> pld_lib.PrivacyLossDistribution:
-    plds = [pld_lib.from_gaussian_mechanism(sigma, sensitivity=s,
-                                            value_discretization_interval=1e-4)
-            for s in shifts]
-    total = plds[0]
-    for pld in plds[1:]:
-        total = total.compose(pld)
-    return total
+    return _composed(lambda s: pld_lib.from_gaussian_mechanism(
+        sigma, sensitivity=s, value_discretization_interval=1e-4), shifts)
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])

@@ -158,10 +158,16 @@ def _lock(path: Path) -> Any:
 
 
 def _atomic_write(path: Path, lines: list[dict[str, Any]]) -> None:
+    atomic_write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a crash leaves the old file or the new one, whole
+    (temporary file, fsync, rename, fsync of the folder)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
