@@ -53,22 +53,15 @@ def _gaussian_pld(sigma: float, shifts: list[int]) -> pld_lib.PrivacyLossDistrib
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])
-def test_one_bin_moving_by_k_is_the_worst_spread_for_laplace(k):
-    scale = 3.0
-    worst = _laplace_pld(scale, [k])
+@pytest.mark.parametrize(("pld", "scale", "epsilons"), [
+    (_laplace_pld, 3.0, lambda k: [f * k / 3.0 for f in FRACTIONS]),
+    (_gaussian_pld, 4.0, lambda k: [0.1, 0.5, 1.0, 2.0]),
+], ids=["laplace", "gaussian"])
+def test_one_bin_moving_by_k_is_the_worst_spread(k, pld, scale, epsilons):
+    worst = pld(scale, [k])
     for split in _splits(k):
-        spread = _laplace_pld(scale, split)
-        for eps in (f * k / scale for f in FRACTIONS):
-            assert spread.get_delta_for_epsilon(eps) <= worst.get_delta_for_epsilon(eps) + 1e-9
-
-
-@pytest.mark.parametrize("k", [2, 3, 5])
-def test_one_bin_moving_by_k_is_the_worst_spread_for_gaussian(k):
-    sigma = 4.0
-    worst = _gaussian_pld(sigma, [k])
-    for split in _splits(k):
-        spread = _gaussian_pld(sigma, split)
-        for eps in (0.1, 0.5, 1.0, 2.0):
+        spread = pld(scale, split)
+        for eps in epsilons(k):
             assert spread.get_delta_for_epsilon(eps) <= worst.get_delta_for_epsilon(eps) + 1e-9
 
 
