@@ -1,4 +1,6 @@
-"""What a run will do before it does it: the data it reads and the budget it may spend."""
+"""What a run will do before it does it: the data it reads, the recipe's preconditions, and
+the budget plan (every release's mechanism and noise) it will spend by. Nothing is released
+here; `dpsynth plan` prints this and `dpsynth run` runs it."""
 
 from __future__ import annotations
 

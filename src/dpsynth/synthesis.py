@@ -3,7 +3,8 @@
 Outputs in `output.dir`: `synthetic.<format>`, `privacy.json` (the ledger, every figure
 recomputed from its events), `metrics.jsonl` (per-iteration diagnostics), `usage.json`
 (generator and embedder calls, tokens, failures, cost), `config.json` (the resolved config),
-`run.log`, and `checkpoints/`.
+`run.log`, and `checkpoints/`: the recipe's checkpoints and `releases.jsonl`, the write-ahead
+journal of every release ever made for the folder (docs/privacy.md, "Crashes and resume").
 """
 
 from __future__ import annotations
