@@ -9,7 +9,7 @@ import pytest
 
 from dpsynth.backends.base import Condition
 from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.factory import build_generator
+from dpsynth.backends.factory import build_embedder, build_generator
 from dpsynth.backends.pool import PoolGenerator
 from dpsynth.backends.pool_texts import read_pool_texts, refuse_private_pool
 from dpsynth.errors import ConfigError, DataError
@@ -187,8 +187,17 @@ def test_factory_builds_a_pool_from_config_paths(tmp_path, pool_file, monkeypatc
     pool = build_generator(cfg, base_dir=tmp_path)
     assert pool.generate([Condition(label="account")])[0].startswith("account")
     assert list((tmp_path / "index").glob("*.npy"))
-    with pytest.raises(ConfigError, match="backends.generator.path"):
-        build_generator(GeneratorConfig(name="pool"))
+    shipped = build_generator(GeneratorConfig(name="pool", index_dir=str(tmp_path / "d")))
+    assert shipped.usage()["pool_texts"] > 5_000  # without a path: the shipped public pool
+
+
+def test_the_shipped_pool_comes_with_its_minilm_embeddings():
+    from dpsynth.backends.config import EmbedderConfig
+    from dpsynth.backends.factory import DEFAULT_POOL
+
+    pool = PoolGenerator(DEFAULT_POOL, build_embedder(EmbedderConfig()))
+    assert pool.usage()["pool_texts_embedded"] == 0  # read from disk, not embedded again
+    assert (DEFAULT_POOL.parent / "SOURCES.md").is_file()
 
 
 def test_pe_on_a_pool_outputs_pool_texts(tmp_path, pool_file):

@@ -92,7 +92,7 @@ class GeneratorConfig(BaseModel):
     path: Path | None = Field(
         None, description="pool: the PUBLIC texts to retrieve from: a .txt file (one text per "
         "line), a folder of .txt files, or csv/jsonl/parquet/hf with text_column; never the "
-        "private data"
+        "private data. Omitted: the shipped pool (Wikipedia, Wikinews, Gutenberg, IMDB, SST-2)"
     )
     text_column: str = Field("text", description="pool: the text column of a table")
     max_texts: int = Field(

@@ -99,13 +99,16 @@ def _offline(cfg: GeneratorConfig) -> Generator:
                             seed=cfg.seed)
 
 
+DEFAULT_POOL = Path(__file__).resolve().parents[1] / "assets" / "pool" / "public_pool.txt"
+"""The shipped public pool (scripts/build_default_pool.py; its SOURCES.md gives the licences),
+with its MiniLM embeddings stored beside it."""
+
+
 def _pool(cfg: GeneratorConfig) -> Generator:
     from dpsynth.backends.pool import PoolGenerator
 
-    if cfg.path is None:
-        raise ConfigError("backends.generator.path: name the PUBLIC text pool (a .txt file, a "
-                          "folder of .txt files, or a csv/jsonl/parquet/hf table) for name: pool")
-    return PoolGenerator(cfg.path, build_embedder(cfg.embedder), text_column=cfg.text_column,
+    path = cfg.path if cfg.path is not None else DEFAULT_POOL
+    return PoolGenerator(path, build_embedder(cfg.embedder), text_column=cfg.text_column,
                          max_texts=cfg.max_texts, candidates=cfg.candidates, seed=cfg.seed,
                          index_dir=cfg.index_dir)
 
