@@ -74,7 +74,7 @@ def kill_until_finished(tmp_path: Path, recipe: str, kills: int, seed: int) -> l
                                    env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
         if attempt < kills:
-            target = len(_journal_charges(tmp_path)) + int(rng.integers(0, 3))
+            target = len(_journal_charges(tmp_path)) + int(rng.integers(1, 3))
             deadline = time.monotonic() + 120
             while process.poll() is None and len(_journal_charges(tmp_path)) < target \
                     and time.monotonic() < deadline:

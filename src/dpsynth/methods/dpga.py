@@ -156,7 +156,7 @@ class Dpga(IterativeRecipe):
         keywords: dict[str, list[str]] = {}
         weights: dict[str, np.ndarray] = {}
         if p.use_keywords and p.keywords_per_sample:
-            keywords = p.keywords or self._public_keywords(ctx, labels)
+            keywords = p.keywords or self._public_keywords(ctx)
             keywords, weights = self._weigh_keywords(ctx, plan, keywords, voters)
         tau = None
         if p.similarity_suppression:
@@ -168,11 +168,10 @@ class Dpga(IterativeRecipe):
                     "epsilon_spent": ctx.ledger.spent()})
         return meta, tau
 
-    def _public_keywords(self, ctx: RunContext,
-                         labels: tuple[str, ...] | None) -> dict[str, list[str]]:
+    def _public_keywords(self, ctx: RunContext) -> dict[str, list[str]]:
         """Candidate keywords from public information only: texts generated from each label
         name, reduced to their class-based TF-IDF terms."""
-        groups = [*labels] if labels else [None]
+        groups = label_groups(ctx.private)
         probes = {}
         for label in groups:
             conditions = [Condition(label=label)] * self.params.keyword_probe_samples
@@ -203,7 +202,7 @@ class Dpga(IterativeRecipe):
 
     def _generate(self, ctx: RunContext, meta: Metadata, n: int,
                   rng: np.random.Generator) -> tuple[list[str], list]:
-        groups = list(meta.label_names) if meta.label_names else [None]
+        groups = meta.groups
         probs = meta.label_probs if meta.label_probs is not None else np.ones(1)
         conditions = []
         for label, count in zip(groups, allocate(n, probs), strict=True):
@@ -213,7 +212,7 @@ class Dpga(IterativeRecipe):
 
     def _select(self, votes: np.ndarray, pop_emb: np.ndarray, pop_labels: list,
                 meta: Metadata, tau: float | None) -> tuple[list[int], float | None]:
-        groups = list(meta.label_names) if meta.label_names else [None]
+        groups = meta.groups
         probs = meta.label_probs if meta.label_probs is not None else np.ones(1)
         chosen: list[int] = []
         taus = []
@@ -236,7 +235,7 @@ class Dpga(IterativeRecipe):
         """Elites carried over, plus rewrite, fill, crossover and fresh generation (§3.4)."""
         p = self.params
         texts, labels = list(elites), list(elite_labels)
-        groups = list(meta.label_names) if meta.label_names else [None]
+        groups = meta.groups
         probs = meta.label_probs if meta.label_probs is not None else np.ones(1)
         by_label = {g: [i for i, y in enumerate(elite_labels) if y == g] for g in groups}
         present = [g for g in groups if by_label[g]]

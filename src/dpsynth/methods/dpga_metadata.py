@@ -21,6 +21,11 @@ class Metadata:
     keywords: dict[str, list[str]]
     keyword_weights: dict[str, np.ndarray]
 
+    @property
+    def groups(self) -> list[str | None]:
+        """One group per public label, or a single unlabelled one."""
+        return list(self.label_names) if self.label_names else [None]
+
     def to_json(self) -> dict:
         def arr(a):
             return None if a is None else np.asarray(a).tolist()
