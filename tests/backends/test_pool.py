@@ -9,12 +9,13 @@ import pytest
 
 from dpsynth.backends.base import Condition
 from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.factory import build_embedder, build_generator
+from dpsynth.backends.factory import GENERATORS, build_embedder, build_generator
 from dpsynth.backends.pool import PoolGenerator
+from dpsynth.backends.pool_edit import EditedPool
 from dpsynth.backends.pool_texts import read_pool_texts, refuse_private_pool
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.synthesis import run
-from tests.methods.fakes import VOCAB, HashEmbedder, ticket_texts
+from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_recipes import make_config
 
 pytest.importorskip("faiss")
@@ -208,3 +209,59 @@ def test_pe_on_a_pool_outputs_pool_texts(tmp_path, pool_file):
     assert set(synthetic["text"]) <= set(pool_lines())
     usage = json.loads((config.output.dir / "usage.json").read_text())["generator"]
     assert usage["pool_texts"] == 24
+
+
+class StrengthEditor(RecordingGenerator):
+    """Records what it is asked to edit and at which strength; marks each output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.strengths: list[float] = []
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        self.strengths.append(strength)
+        self._record(list(texts))
+        return [f"edited {t}" for t in texts]
+
+
+def test_edit_rewrites_what_the_pool_retrieved(pool_file):
+    editor = StrengthEditor()
+    edited = EditedPool(make_pool(pool_file), editor, strength=0.2)
+    plain = make_pool(pool_file)
+    conditions = [Condition(label="billing")] * 2
+    retrieved = plain.generate(conditions)
+    assert edited.generate(conditions) == [f"edited {t}" for t in retrieved]
+    assert editor.inputs == retrieved and editor.strengths == [0.2]
+    parents = [pool_lines()[0], pool_lines()[1]]
+    assert edited.crossover([parents], [Condition()]) == [
+        f"edited {t}" for t in plain.crossover([parents], [Condition()])]
+    # rewrite is the editor's own paraphrase of the parent, at the caller's strength
+    assert edited.rewrite(["a parent text"], [Condition()], 0.9) == ["edited a parent text"]
+    assert editor.strengths[-1] == 0.9
+    state = edited.state_dict()
+    first = edited.generate(conditions)
+    edited.load_state_dict(state)
+    assert edited.generate(conditions) == first  # a resumed run draws the same retrievals
+
+
+def test_edit_is_configured_on_the_pool_by_name(tmp_path, pool_file, monkeypatch):
+    monkeypatch.setattr("dpsynth.backends.factory.EMBEDDERS",
+                        {"minilm": lambda cfg: HashEmbedder(DIM)})
+    editors = []
+
+    def offline(cfg):
+        editors.append(cfg)
+        return StrengthEditor()
+
+    monkeypatch.setitem(GENERATORS, "offline", offline)
+    cfg = GeneratorConfig(name="pool", path="public.txt", seed=5, edit="offline",
+                          edit_strength=0.4)
+    generator = build_generator(cfg, base_dir=tmp_path)
+    assert isinstance(generator, EditedPool) and generator.strength == 0.4
+    assert editors[0].seed == 5  # the editor shares the run's public seed unless it has one
+    assert generator.generate([Condition(label="account")])[0].startswith("edited account")
+    assert generator.identity()["edit_strength"] == 0.4
+    with pytest.raises(ValueError, match="option of the pool"):
+        GeneratorConfig(name="offline", edit="offline")
+    with pytest.raises(ValueError, match="not another pool"):
+        GeneratorConfig(name="pool", edit="pool")

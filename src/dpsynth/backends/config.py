@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dpsynth.backends.pool import DEFAULT_CANDIDATES, DEFAULT_MAX_TEXTS
 
@@ -110,6 +110,27 @@ class GeneratorConfig(BaseModel):
         None, description="pool: folder for the pool's embeddings (default: beside the pool, "
         "else ~/.cache/dpsynth/pool)"
     )
+    edit: GeneratorConfig | None = Field(
+        None, description="pool: an LM that rewrites each retrieved text (AUG-PE style): "
+        "offline, openai or hf, as a name or a full generator section"
+    )
+    edit_strength: float = Field(
+        0.3, ge=0, le=1, description="pool with edit: how far the editor moves a retrieved text"
+    )
+
+    @field_validator("edit", mode="before")
+    @classmethod
+    def _edit_by_name(cls, value: object) -> object:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _edit_only_for_pool(self) -> GeneratorConfig:
+        if self.edit is not None:
+            if self.name != "pool":
+                raise ValueError(f"edit is an option of the pool generator, not of {self.name}")
+            if self.edit.name == "pool" or self.edit.edit is not None:
+                raise ValueError("edit names an LM (offline, openai or hf), not another pool")
+        return self
 
 
 class BackendsConfig(BaseModel):

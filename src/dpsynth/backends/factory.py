@@ -35,6 +35,8 @@ def _with_paths_resolved(cfg: C, base_dir: Path | None) -> C:
         update["model"] = str(base_dir / cfg.model)
     if isinstance(cfg, GeneratorConfig):
         update["embedder"] = _with_paths_resolved(cfg.embedder, base_dir)
+        if cfg.edit is not None:
+            update["edit"] = _with_paths_resolved(cfg.edit, base_dir)
     return cfg.model_copy(update=update) if update else cfg
 
 
@@ -108,9 +110,16 @@ def _pool(cfg: GeneratorConfig) -> Generator:
     from dpsynth.backends.pool import PoolGenerator
 
     path = cfg.path if cfg.path is not None else DEFAULT_POOL
-    return PoolGenerator(path, build_embedder(cfg.embedder), text_column=cfg.text_column,
+    pool = PoolGenerator(path, build_embedder(cfg.embedder), text_column=cfg.text_column,
                          max_texts=cfg.max_texts, candidates=cfg.candidates, seed=cfg.seed,
                          index_dir=cfg.index_dir)
+    if cfg.edit is None:
+        return pool
+    from dpsynth.backends.pool_edit import EditedPool
+
+    edit = cfg.edit if cfg.edit.seed is not None else cfg.edit.model_copy(
+        update={"seed": cfg.seed})
+    return EditedPool(pool, build_generator(edit), cfg.edit_strength)
 
 
 GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
