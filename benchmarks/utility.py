@@ -2,7 +2,7 @@
 
     python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
         [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
-        [--generator offline|pool:PATH [--pool-max-texts N]]
+        [--generator offline|pool|pool:PATH [--pool-max-texts N] [--edit offline]]
         [--tag NAME] [--keep-runs DIR] [--no-lower-bound]
 
 Every row is scored the same way: the same embedder (MiniLM), the same real test sample, the
@@ -139,15 +139,19 @@ def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) 
 
 
 def _generator(args: argparse.Namespace) -> dict:
-    """backends.generator for every row: `offline`, `hf`, ..., or `pool:PATH` (a public text
-    file or folder, `--pool-max-texts` of it)."""
+    """backends.generator for every row: `offline`, `hf`, ..., `pool` (the shipped pool) or
+    `pool:PATH` (a public text file or folder, `--pool-max-texts` of it), edited by `--edit`."""
     name, _, path = args.generator.partition(":")
-    if name == "pool":
-        if not path:
-            raise SystemExit("--generator pool needs a path: pool:PATH")
-        return {"name": "pool", "path": str(Path(path).resolve()),
-                "max_texts": args.pool_max_texts}
-    return {"name": name, "model": args.generator_model}
+    if name != "pool":
+        if args.edit:
+            raise SystemExit("--edit applies to --generator pool only")
+        return {"name": name, "model": args.generator_model}
+    pool: dict = {"name": "pool", "max_texts": args.pool_max_texts}
+    if path:
+        pool["path"] = str(Path(path).resolve())
+    if args.edit:
+        pool["edit"] = {"name": args.edit, "model": args.generator_model}
+    return pool
 
 
 def _recipe_runner(recipe: str, epsilon: float, data: Path,
@@ -294,7 +298,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--test-size", type=int, default=2000)
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--generator", default="offline",
-                        help="offline, hf, openai, or pool:PATH (public texts to select from)")
+                        help="offline, hf, openai, pool (the shipped public pool) or pool:PATH "
+                        "(public texts to select from)")
+    parser.add_argument("--edit", default="", help="with a pool: the LM that rewrites what "
+                        "was retrieved (offline, hf, openai; --generator-model is its model)")
     parser.add_argument("--pool-max-texts", type=int, default=10_000)
     parser.add_argument("--generator-model", default=None, help="backends.generator.model")
     parser.add_argument("--classifier", choices=("logistic", "finetune"), default="logistic")

@@ -87,6 +87,10 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
               f"{outputs.ledger.epsilon:g}, δ = {outputs.ledger.delta:.3g})\n"
               f"diagnostics:    {outputs.metrics}\n"
               f"log:            {cfg.output.dir / 'run.log'}")
+    if cfg.held_out is not None:
+        from dpsynth.evaluate.held_out import score_held_out
+
+        out.print(f"worth:          {score_held_out(cfg, outputs.synthetic).line()}")
 
 
 @app.command("eval")

@@ -47,6 +47,16 @@ class OutputConfig(BaseModel):
     format: Format = "csv"
 
 
+class HeldOutConfig(BaseModel):
+    """Real labelled records kept out of `data.path`, that the finished run's synthetic set
+    is scored on: a figure computed from those records, not a DP release (it is not public)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path = Field(description="a file with data's text and label columns, disjoint from "
+                       "data.path")
+
+
 class RunConfig(BaseModel):
     """A whole run. Relative paths are read relative to `base_dir`, the config's folder."""
 
@@ -57,6 +67,8 @@ class RunConfig(BaseModel):
     recipe: RecipeConfig
     backends: BackendsConfig = BackendsConfig()
     output: OutputConfig = OutputConfig()
+    held_out: HeldOutConfig | None = Field(
+        None, description="score the synthetic set on these real records after the run")
     seed: int | None = Field(None, ge=0, lt=2**31, description="fixes the public randomness "
                              "(prompts, sampling, generation); DP noise stays cryptographic "
                              "unless budget.noise says otherwise")
@@ -76,6 +88,15 @@ class RunConfig(BaseModel):
             from dpsynth.backends.pool_texts import refuse_private_pool
 
             refuse_private_pool(self._resolved(generator.path), self._resolved(self.data.path))
+        return self
+
+    @model_validator(mode="after")
+    def _held_out_is_not_the_training_data(self) -> RunConfig:
+        if self.held_out is not None and self.data.label_column is None:
+            raise ValueError("held_out: needs data.label_column (it scores a classifier)")
+        if self.held_out is not None and (self._resolved(self.held_out.path).resolve()
+                                          == self._resolved(self.data.path).resolve()):
+            raise ValueError("held_out.path: is data.path; name records kept out of it")
         return self
 
     def _resolved(self, path: Path) -> Path:

@@ -96,6 +96,17 @@ def test_rewrite_strength_sets_the_distance_to_the_parent(pool_file):
     assert pool.rewrite([parent], [Condition()], 0.0) == [nearest]
 
 
+def test_rewrite_crossover_and_fill_stay_with_the_conditions_label(pool_file):
+    pool = make_pool(pool_file, candidates=8)
+    between = " ".join(VOCAB["billing"][:3] + VOCAB["shipping"][:3])  # as near one as the other
+    for label in ("billing", "shipping"):
+        condition = [Condition(label=label)]
+        outputs = (pool.rewrite([between], condition, 0.0)
+                   + pool.crossover([[between, between]], condition)
+                   + pool.fill([between], condition))
+        assert [text.split()[0] for text in outputs] == [label] * 3
+
+
 def test_crossover_and_fill_return_near_pool_texts(pool_file):
     pool = make_pool(pool_file)
     parents = [pool_lines()[0], pool_lines()[1]]  # two billing texts

@@ -11,6 +11,10 @@ Evolution, where DP selection picks among real public texts instead of LM sample
 - crossover: the nearest text to the parents' mean embedding, other than a parent.
 - fill: the nearest text to the masked text (blanks dropped).
 
+rewrite, crossover and fill search near the parent *and* the condition: the query is the
+parents' embedding plus the condition's (label, keywords, free text), so a child stays with
+its label instead of drifting to whatever topic neighbours its parent.
+
 No pool text is returned twice within one call unless the call asks for more texts than the
 pool holds. Only generate draws at random, from the seed and its call count (as in
 `OfflineGenerator`); the other operations are deterministic.
@@ -106,8 +110,8 @@ class PoolGenerator(Generator):
         rank = round(strength * (self.candidates - 1))
         used: set[int] = set()
         out = []
-        for text, order in zip(texts, self._rank(self._vectors(texts), len(texts) + 1),
-                               strict=True):
+        queries = self._steered(self._vectors(texts), conditions)
+        for text, order in zip(texts, self._rank(queries, len(texts) + 1), strict=True):
             free = self._free(order, used, self._own_ids([text]), rank + 1)
             out.append(self._take(free[min(rank, len(free) - 1)], used))
         return out
@@ -118,7 +122,7 @@ class PoolGenerator(Generator):
         if not parent_groups:
             return []
         means = np.stack([self._vectors(group).mean(axis=0) for group in parent_groups])
-        means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+        means = self._steered(_unit(means), conditions)
         reach = len(parent_groups) + max(map(len, parent_groups))
         used: set[int] = set()
         return [self._take(self._free(order, used, self._own_ids(group), 1)[0], used)
@@ -130,8 +134,9 @@ class PoolGenerator(Generator):
             return []
         unmasked = [" ".join(w for w in t.split() if w.strip(BLANK)) for t in masked_texts]
         used: set[int] = set()
-        return [self._take(self._free(order, used, set(), 1)[0], used) for order in
-                self._rank(self.index.embedder.encode(unmasked), len(masked_texts))]
+        queries = self._steered(self.index.embedder.encode(unmasked), conditions)
+        return [self._take(self._free(order, used, set(), 1)[0], used)
+                for order in self._rank(queries, len(masked_texts))]
 
     # ------------------------------------------------------------ retrieval
 
@@ -146,6 +151,18 @@ class PoolGenerator(Generator):
         missing = [t for t, i in zip(texts, ids, strict=True) if i is None]
         fresh = iter(self.index.embedder.encode(missing)) if missing else iter(())
         return np.stack([self.index.vectors[i] if i is not None else next(fresh) for i in ids])
+
+    def _steered(self, vectors: np.ndarray, conditions: Sequence[Condition]) -> np.ndarray:
+        """Each unit vector plus its condition's embedding, renormalised (unchanged for an
+        empty condition); each distinct condition embedded once."""
+        queries = [_query_text(c) for c in conditions]
+        distinct = sorted({q for q in queries if q})
+        if not distinct:
+            return vectors
+        found = dict(zip(distinct, self.index.embedder.encode(distinct), strict=True))
+        steer = np.stack([found[q] if q else np.zeros(vectors.shape[1], vectors.dtype)
+                          for q in queries])
+        return _unit(vectors + steer)
 
     def _own_ids(self, texts: Sequence[str]) -> set[int]:
         return {self._ids[t] for t in texts if t in self._ids}
@@ -188,6 +205,10 @@ class PoolGenerator(Generator):
     def _take(self, pool_id: int, used: set[int]) -> str:
         used.add(pool_id)
         return self.index.texts[pool_id]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def _query_text(cond: Condition) -> str:

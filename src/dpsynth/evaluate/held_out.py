@@ -1,0 +1,46 @@
+"""What the data is worth, in one line: downstream accuracy on the user's held-out records.
+
+A classifier trained on the synthetic set is scored on real labelled records the run never
+read (`held_out.path`). The figure depends on those records, so it is reported as computed
+from them: private-only, like every figure of `dpsynth eval` on a real split.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpsynth.config import RunConfig
+from dpsynth.evaluate.suite import EvalConfig, evaluate
+from dpsynth.evaluate.tables import read_text_table
+
+
+@dataclass(frozen=True)
+class HeldOutScore:
+    accuracy: float
+    majority: float
+    """The accuracy of always answering the held-out records' most common label."""
+    n_held_out: int
+    path: Path
+
+    def line(self) -> str:
+        return (f"downstream accuracy {self.accuracy:.3f} on the {self.n_held_out} held-out "
+                f"records of {self.path.name} (always answering the most common label: "
+                f"{self.majority:.3f}; computed from that split, not a DP release)")
+
+
+def score_held_out(config: RunConfig, synthetic: Path) -> HeldOutScore:
+    """Score `synthetic` on `config.held_out`; the metrics go to OUTPUT/eval like `dpsynth
+    eval`'s."""
+    assert config.held_out is not None
+    path = config._resolved(config.held_out.path)
+    test = read_text_table(path, config.data.text_column, config.data.label_column,
+                           require_labels=True)
+    eval_config = EvalConfig(embedder=config.backends.embedder, mauve=False, next_token=None,
+                             seed=config.seed or 0)
+    result = evaluate(read_text_table(synthetic), test, config=eval_config,
+                      output=config.output.dir / "eval")
+    counts = Counter(test.labels)
+    return HeldOutScore(result.metrics["utility"]["classification"]["accuracy"],
+                        max(counts.values()) / len(test.labels), len(test.labels), path)
