@@ -228,12 +228,14 @@ def test_a_model_the_server_does_not_serve_is_one_line_and_exit_1(
         "backends": {"embedder": {"name": "tfidf", "fit_texts": "public.txt", "dim": 4},
                      "generator": {"name": "openai", "base_url": real_server,
                                    "model": "no-such-model", "http": HTTP.model_dump()}},
-        "output": {"dir": "out"}, "seed": 3}))
+        "output": {"dir": str(tmp_path / "out")}, "seed": 3}))
     with pytest.raises(SystemExit) as exit_info:
         main(["run", str(tmp_path / "run.yaml")])
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     assert "HTTP 400" in err and "requested 'no-such-model'" in err
     assert "Traceback" not in err
+    journal = (tmp_path / "out" / "checkpoints" / "releases.jsonl").read_text()
+    assert '"stage": "voting"' not in journal  # no vote on an empty population
     with pytest.raises(BackendError, match="HTTP 400"):  # and at once, from the Python API
         build_generator(chat(real_server, "no-such-model")).generate([Condition()] * 4)
