@@ -8,7 +8,8 @@ import pytest
 from dpsynth.backends import BLANK, FAILED, BackendError, Condition, build_generator
 from dpsynth.backends.config import HttpConfig
 from dpsynth.backends.loopback import LoopbackServer
-from dpsynth.backends.openai_http import RateLimiter
+from dpsynth.backends.openai_chat import request_seed
+from dpsynth.backends.openai_http import RateLimiter, _error_message
 from dpsynth.errors import ConfigError
 
 from .conftest import FAST_HTTP, chat_config
@@ -33,7 +34,9 @@ def test_every_operation_end_to_end(server):
     assert any(f"my {BLANK} is late" in p for p in prompts)
     assert any("parent one text" in p and "parent two words" in p for p in prompts)
     body = server.records[0].body
-    assert body["model"] == "loopback-model" and body["seed"] == 7
+    assert body["model"] == "loopback-model"
+    # each request its own seed, numbered from the config's: none repeats a prompt's sample
+    assert {r.body["seed"] for r in server.records} == {request_seed(7, i) for i in range(5)}
     assert body["temperature"] == 0.7 and body["top_p"] == 0.9 and body["max_tokens"] == 200
     assert body["messages"][0]["role"] == "system"
     usage = gen.usage()
@@ -88,6 +91,69 @@ def test_auth_and_not_found_stop_the_run_without_retry(server, status):
         gen.generate([Condition(label=str(i)) for i in range(6)])
     assert server.records[0].status == int(status)
     assert len(server.records) == 1  # the rest of the batch is abandoned, not sent
+
+
+def test_request_seeds_are_distinct_reproducible_and_carried_by_checkpoints(server):
+    first = build_generator(chat_config(server, seed=3, concurrency=1))
+    first.generate([Condition(label="same")] * 4)
+    state = first.state_dict()
+    first.generate([Condition(label="same")] * 2)
+    seeds = [r.body["seed"] for r in server.records]
+    assert len(set(seeds)) == 6 and all(0 <= s < 2**31 for s in seeds)
+    assert state == {"requests": 4}
+    resumed = build_generator(chat_config(server, seed=3, concurrency=1))
+    resumed.load_state_dict(state)  # a resumed run goes on numbering where it stopped
+    resumed.generate([Condition(label="same")] * 2)
+    assert [r.body["seed"] for r in server.records[6:]] == seeds[4:]
+    assert request_seed(3, 0) != request_seed(4, 0)
+    unseeded = build_generator(chat_config(server, seed=None))
+    unseeded.generate([Condition()])
+    assert "seed" not in server.records[-1].body
+
+
+def test_a_client_error_naming_the_model_stops_the_batch(server):
+    """`transformers serve` pinned to one model answers another name with 400, not 404."""
+    gen = build_generator(chat_config(server, concurrency=1))
+    server.inject("400")
+    server.error_message = "Server is pinned to 'other'; requested 'loopback-model'."
+    with pytest.raises(BackendError, match=r"HTTP 400 \(Server is pinned to 'other'; "
+                                           r"requested 'loopback-model'\.\)"):
+        gen.generate([Condition(label=str(i)) for i in range(4)])
+    assert len(server.records) == 1
+
+
+def test_other_client_errors_are_quoted_in_the_log_and_fail_one_output(server, caplog):
+    gen = build_generator(chat_config(server, concurrency=1, model="gpt"))
+    server.inject("400")
+    server.error_message = "Unsupported parameter: 'max_tokens'; use 'max_completion_tokens'"
+    with caplog.at_level(logging.WARNING, logger="dpsynth"):
+        texts = gen.generate([Condition(label="a"), Condition(label="b")])
+    assert texts[0] == FAILED and texts[1] != FAILED  # "gpt" is not named as a word
+    assert "HTTP 400 (Unsupported parameter: 'max_tokens'; use 'max_completion_tokens')" \
+        in caplog.text
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"error": {"message": "The model `x` does not exist."}}, "The model `x` does not exist."),
+    ({"error": "model 'x' not found"}, "model 'x' not found"),
+    ({"detail": "Server is pinned to 'a'; requested 'x'."},
+     "Server is pinned to 'a'; requested 'x'."),
+    ({"detail": [{"loc": ["body"], "input": "ECHOED REQUEST"}]}, ""),  # not read: may echo
+    ({"message": "  spread\n over   lines "}, "spread over lines"),
+    ({"error": {"message": "x" * 500}}, "x" * 199 + "…"),
+])
+def test_error_messages_are_read_from_each_servers_shape(body, message):
+    import httpx
+
+    assert _error_message(httpx.Response(400, json=body)) == message
+
+
+def test_plain_text_error_bodies_are_read_when_short():
+    import httpx
+
+    assert _error_message(httpx.Response(500, text="Internal Server Error")) == \
+        "Internal Server Error"
+    assert _error_message(httpx.Response(500, text="trace " * 100)) == ""
 
 
 @pytest.mark.parametrize("fault", ["malformed", "no_choices"])

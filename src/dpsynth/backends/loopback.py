@@ -66,6 +66,7 @@ class LoopbackServer:
         self.slow_s = slow_s
         self.embedding_dim = embedding_dim
         self.responder = responder
+        self.error_message: str | None = None  # the injected HTTP errors' message, if set
         self.records: list[RequestRecord] = []
         self._faults: deque[str] = deque()
         self._lock = threading.Lock()
@@ -198,7 +199,8 @@ def _handler_for(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
             if fault == "drop":
                 return 0, None
             if fault is not None and fault.isdigit():
-                return int(fault), json.dumps({"error": {"message": f"injected {fault}"}}).encode()
+                message = server.error_message or f"injected {fault}"
+                return int(fault), json.dumps({"error": {"message": message}}).encode()
             if fault == "malformed":
                 return 200, b'{"choices": [{"message": '
             if fault == "no_choices":

@@ -3,6 +3,7 @@ llama.cpp server and TGI all speak `/chat/completions`."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -33,7 +34,8 @@ class OpenAIChatGenerator(PromptedGenerator):
         self.price = price_for(cfg.model, cfg.price)
         self.client = OpenAIHttpClient(cfg.base_url, api_key_env=cfg.api_key_env, http=cfg.http,
                                        concurrency=cfg.concurrency,
-                                       where="backends.generator")
+                                       where="backends.generator", quote_errors=True)
+        self._sent = 0  # requests built so far: numbers each one's seed
 
     def __repr__(self) -> str:
         return (f"OpenAIChatGenerator(model={self.cfg.model!r}, base_url="
@@ -48,10 +50,17 @@ class OpenAIChatGenerator(PromptedGenerator):
     def usage(self) -> dict[str, float]:
         return self.client.usage.report(self.price)
 
+    def state_dict(self) -> dict[str, int]:
+        """The request count that numbers each request's seed, for checkpoints."""
+        return {"requests": self._sent}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._sent = int(state["requests"])
+
     def complete(self, prompts: Sequence[ChatPrompt]) -> list[str]:
         if self.cfg.dry_run:
             return [self._dry_run(p) for p in prompts]
-        payloads = [self._payload(p) for p in prompts]
+        payloads = [self._payload(p) for p in prompts]  # built in order: seeds in order
         estimates = [self._prompt_tokens(p) + self.cfg.max_tokens for p in prompts]
         results = self.client.post_many("chat/completions", payloads, estimates, _content)
         return [FAILED if r is None else r for r in results]
@@ -63,7 +72,8 @@ class OpenAIChatGenerator(PromptedGenerator):
             "max_tokens": self.cfg.max_tokens,
         }
         if self.cfg.seed is not None:
-            payload["seed"] = self.cfg.seed
+            payload["seed"] = request_seed(self.cfg.seed, self._sent)
+        self._sent += 1
         return payload
 
     def _dry_run(self, prompt: ChatPrompt) -> str:
@@ -78,6 +88,18 @@ class OpenAIChatGenerator(PromptedGenerator):
     @staticmethod
     def _prompt_tokens(prompt: ChatPrompt) -> int:
         return sum(estimate_tokens(m["content"]) + 4 for m in prompt.messages())
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The seed sent with the `index`-th request of a generator seeded with `seed`.
+
+    Servers that honour `seed` (vLLM, `transformers serve`, OpenAI's best effort) answer the
+    same prompt with the same seed with the same text, and recipes ask for many samples of
+    one prompt; so each request gets its own seed, derived from the config's seed and the
+    request's number: the same calls in the same order get the same seeds. 31 bits, which
+    every server accepts."""
+    digest = hashlib.sha256(f"dpsynth-request-seed:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def _content(body: dict[str, Any]) -> str:

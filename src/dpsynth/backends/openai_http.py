@@ -5,9 +5,12 @@ A batch of requests runs on a pool of `concurrency` threads sharing one httpx co
 throughput when the client shares a small machine). Token buckets pace requests and tokens
 per minute. A request is retried with exponential backoff and jitter when retrying can help
 (429, 408, 409, 5xx, timeouts, dropped connections). A 401/403/404 raises at once and stops
-the batch: no retry fixes a wrong key, URL or model. Any other 4xx, and a 2xx whose body is
-not the expected JSON, fail that one request: its result is None, it is counted, and the log
-names the status but never the prompt.
+the batch: no retry fixes a wrong key, URL or model; so does any other 4xx whose error
+message names the requested model (`transformers serve` pinned to one model answers a wrong
+name with 400, not 404). Any other 4xx, and a 2xx whose body is not the expected JSON, fail
+that one request: its result is None, it is counted, and the log names the status but never
+the prompt. A client built with `quote_errors` (one whose requests carry only public text)
+also quotes the server's error message, shortened, in the log and in the error.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +41,7 @@ T = TypeVar("T")
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 FATAL_STATUS = frozenset({401, 403, 404})
 RETRY_STATUS = frozenset({408, 409, 429})
+ERROR_QUOTE_CHARS = 200
 
 
 @dataclass
@@ -113,11 +118,12 @@ class OpenAIHttpClient:
     """Posts batches of JSON requests to one OpenAI-compatible server with real overlap."""
 
     def __init__(self, base_url: str | None, *, api_key_env: str | None, http: HttpConfig,
-                 concurrency: int, where: str) -> None:
+                 concurrency: int, where: str, quote_errors: bool = False) -> None:
         self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
         self.http = http
         self.concurrency = concurrency
         self.where = where
+        self.quote_errors = quote_errors  # only where requests carry no private text
         self.usage = Usage()
         key = read_api_key(api_key_env, where)
         self._headers: dict[str, str] = {}
@@ -193,15 +199,18 @@ class OpenAIHttpClient:
                 status = response.status_code
                 if 200 <= status < 300:
                     return self._parse(response, parse)
-                if status in FATAL_STATUS:
+                message = _error_message(response)
+                quoted = f" ({message})" if message and self.quote_errors else ""
+                if status in FATAL_STATUS or _names_model(status, message, payload):
                     abort.set()  # the other requests of the batch stop at once
                     raise BackendError(
-                        f"{self.where}: {self.base_url}/{endpoint} answered HTTP {status}; "
-                        "check base_url, model and the API key's environment variable")
+                        f"{self.where}: {self.base_url}/{endpoint} answered HTTP {status}"
+                        f"{quoted}; check base_url, model and the API key's environment "
+                        "variable")
                 if status not in RETRY_STATUS and status < 500:
                     self._count("failed")
-                    log.warning("%s: HTTP %d, not retried; that output is marked failed",
-                                self.where, status)
+                    log.warning("%s: HTTP %d%s, not retried; that output is marked failed",
+                                self.where, status, quoted)
                     return None
                 reason = f"HTTP {status}"
                 retry_after = _retry_after(response)
@@ -243,6 +252,42 @@ class OpenAIHttpClient:
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.http.max_backoff_s))
         return delay
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The server's error message, whitespace collapsed and cut short, from the shapes
+    OpenAI-compatible servers use: `{"error": {"message": ...}}` (OpenAI, vLLM, llama.cpp),
+    `{"error": "..."}` (Ollama), `{"detail": "..."}` (FastAPI servers such as `transformers
+    serve`), `{"message": ...}`, or a short plain-text body. Structured validation details
+    (which may echo the request) are not read."""
+    try:
+        body = response.json()
+    except ValueError:
+        text = response.text if len(response.content) <= ERROR_QUOTE_CHARS else ""
+    else:
+        text = ""
+        if isinstance(body, dict):
+            error = body.get("error")
+            if isinstance(error, dict):
+                error = error.get("message")
+            for candidate in (error, body.get("detail"), body.get("message")):
+                if isinstance(candidate, str) and candidate.strip():
+                    text = candidate
+                    break
+    text = " ".join(text.split())
+    if len(text) > ERROR_QUOTE_CHARS:
+        text = text[: ERROR_QUOTE_CHARS - 1] + "…"
+    return text
+
+
+def _names_model(status: int, message: str, payload: dict[str, Any]) -> bool:
+    """A client error whose message names the model asked for: a wrong model name, which
+    every later request would meet too."""
+    model = payload.get("model")
+    if not (400 <= status < 500 and status not in RETRY_STATUS and isinstance(model, str)
+            and model):
+        return False
+    return re.search(rf"(?<![\w.-]){re.escape(model)}(?![\w-])", message) is not None
 
 
 def _retry_after(response: httpx.Response) -> float | None:
