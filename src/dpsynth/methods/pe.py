@@ -8,7 +8,9 @@ compares against.
     output S'
 
 Per label, as in DPGA: private records vote only for samples of their own label. Labels are
-allocated uniformly (public), or by a Laplace label histogram when `label_fraction` > 0.
+allocated by a Laplace label histogram (`label_fraction` of the budget), or uniformly when
+`label_fraction` is 0. The last draw is without replacement: PE's output is a varied
+population, never one sample repeated, so the output holds each selected text once.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class PeParams(BaseModel):
     sampling_rate: float = Field(1.0, gt=0, le=1)
     threshold: float = Field(2.0, ge=0, description="noisy counts below H count as zero")
     rewrite_strength: float = Field(0.5, ge=0, le=1)
-    label_fraction: float = Field(0.0, ge=0, lt=1, description="budget share of a DP label "
+    label_fraction: float = Field(0.1, ge=0, lt=1, description="budget share of a DP label "
                                   "histogram; 0 allocates labels uniformly")
 
 
@@ -94,7 +96,7 @@ class PrivateEvolution(IterativeRecipe):
                                  ctx.ledger, ctx.noise, ctx.private.records_per_unit)
         weights = np.where(votes >= p.threshold, votes, 0.0)
         picked = self._resample(weights, labels, groups, state["label_probs"],
-                                np.random.default_rng([ctx.seed, t + 1]))
+                                np.random.default_rng([ctx.seed, t + 1]), distinct=last)
         row = {"population": len(texts), "candidates_above_threshold": int((weights > 0).sum()),
                "noisy_votes_total": float(votes.sum())}
         chosen, chosen_labels = [texts[i] for i in picked], [labels[i] for i in picked]
@@ -110,9 +112,11 @@ class PrivateEvolution(IterativeRecipe):
                             state["labels"] if ctx.private.has_labels else None)
 
     def _resample(self, weights: np.ndarray, pop_labels: list, groups: list,
-                  probs: list[float], rng: np.random.Generator) -> list[int]:
+                  probs: list[float], rng: np.random.Generator, distinct: bool) -> list[int]:
         """Draw each label's quota in proportion to its candidates' thresholded noisy votes
-        (uniformly where none passed the threshold)."""
+        (uniformly where none passed the threshold); `distinct` draws without replacement,
+        candidates with votes before those without, repeating only when the quota exceeds
+        the label's candidates."""
         picked: list[int] = []
         for label, quota in zip(groups, allocate(self.params.n_samples, np.asarray(probs)),
                                 strict=True):
@@ -120,7 +124,19 @@ class PrivateEvolution(IterativeRecipe):
             if quota == 0 or len(rows) == 0:
                 continue
             w = weights[rows]
+            if distinct:
+                order = _weighted_order(w, rng)
+                picked += rows[np.resize(order, int(quota))].tolist()
+                continue
             p = w / w.sum() if w.sum() > 0 else None
             picked += rows[rng.choice(len(rows), size=int(quota), p=p)].tolist()
         return picked
+
+
+def _weighted_order(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random order in which each next item is drawn in proportion to its weight among
+    those left (Efraimidis–Spirakis keys u^(1/w)); zero-weight items come last, shuffled."""
+    u = rng.random(len(weights))
+    keys = np.where(weights > 0, np.log(u) / np.where(weights > 0, weights, 1.0), -np.inf)
+    return np.lexsort((rng.random(len(weights)), -keys))
 

@@ -1,0 +1,57 @@
+"""pe's selection: the last draw holds each text once, in proportion to the noisy votes; its
+labels follow a DP label histogram by default."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpsynth.data import PrivateDataset
+from dpsynth.methods.pe import PeParams, PrivateEvolution, _weighted_order
+from dpsynth.synthesis import run
+from tests.methods.fakes import HashEmbedder, RecordingGenerator
+from tests.methods.test_recipes import make_config
+
+
+def test_weighted_order_draws_in_proportion_and_puts_unvoted_last():
+    rng = np.random.default_rng(0)
+    weights = np.array([0.0, 5.0, 1.0, 0.0, 2.0])
+    orders = np.array([_weighted_order(weights, rng) for _ in range(6000)])
+    first = np.bincount(orders[:, 0], minlength=5) / len(orders)
+    assert first == pytest.approx([0, 5 / 8, 1 / 8, 0, 2 / 8], abs=0.02)
+    assert all(set(o[3:]) == {0, 3} for o in orders)  # no votes: after every voted item
+    assert all(sorted(o) == list(range(5)) for o in orders)  # a permutation, no repeats
+    assert {tuple(o[3:]) for o in orders} == {(0, 3), (3, 0)}  # unvoted ones shuffled
+
+
+class DistinctGenerator(RecordingGenerator):
+    """Every output a new text, so a repeated output can only come from the selection."""
+
+    def generate(self, conditions):
+        self.calls += 1
+        return [f"{c.label} {' '.join(self._text(c, ('g', self.calls, i)).split()[:6])} "
+                f"g{self.calls}x{i}" for i, c in enumerate(conditions)]
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        self.calls += 1
+        return [f"{t.split()[0]} {' '.join(self._text(c, ('r', t)).split()[:6])} "
+                f"r{self.calls}x{i}" for i, (t, c) in enumerate(zip(texts, conditions,
+                                                                     strict=True))]
+
+
+def test_the_output_holds_each_selected_text_once(tmp_path, tickets):
+    config = make_config(tmp_path, tickets, "pe", n_samples=24, epsilon=0.5)
+    synthetic = pd.read_csv(run(config, embedder=HashEmbedder(),
+                                generator=DistinctGenerator()).synthetic)
+    assert len(synthetic) == 24
+    assert synthetic["text"].is_unique  # drawn with replacement, a few texts would repeat
+
+
+def test_labels_follow_a_dp_label_histogram_by_default(tmp_path, tickets):
+    private = PrivateDataset(tickets[0], labels=tickets[1])
+    default = PrivateEvolution.from_config({}).budget_plan(private, 2.0, 1e-4)
+    assert default.stage("label_histogram").spec.fraction == PeParams().label_fraction > 0
+    uniform = PrivateEvolution.from_config({"label_fraction": 0}).budget_plan(private, 2.0, 1e-4)
+    assert [s.spec.name for s in uniform.stages] == ["voting"]
+    config = make_config(tmp_path, tickets, "pe", label_fraction=PeParams().label_fraction)
+    outputs = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert (outputs.privacy.read_text().count('"label_histogram"')) >= 1
