@@ -20,7 +20,7 @@ from dpsynth.errors import DpsynthError
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
 from dpsynth.methods.registry import RECIPES
-from dpsynth.preflight import make_plan, print_plan
+from dpsynth.preflight import RunPlan, make_plan, print_plan
 from dpsynth.synthesis import NOT_PRIVATE
 from dpsynth.synthesis import run as run_recipe
 
@@ -85,10 +85,33 @@ RECIPES_HELP = (f"Recipes (recipe.name): {', '.join(RECIPES)}; each one's parame
 @app.command(help="Validate the data and config and print the privacy plan; nothing is "
                   f"released.\n\n{RECIPES_HELP}")
 def plan(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None,
-         log_level: LevelOpt = "info") -> None:
+         log_level: LevelOpt = "info",
+         estimate_time: Annotated[bool, typer.Option(
+             "--estimate-time", help="Time one small batch of the generator now (a few "
+             "requests to a server) and estimate how long the planned outputs take.")] = False,
+         ) -> None:
     """Validate the data and config and print the privacy plan; nothing is released."""
     setup_logging(_check_level(log_level))
-    print_plan(make_plan(_load(config, seed, output)), out)
+    run_plan = make_plan(_load(config, seed, output))
+    print_plan(run_plan, out)
+    _time_estimate(run_plan, estimate_time)
+
+
+def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
+    from dpsynth import timing
+
+    cfg = run_plan.config
+    total = sum(run_plan.recipe.expected_generations(run_plan.data).values())
+    if not measure:
+        out.print("[dim]time estimate: `dpsynth plan --estimate-time` times one small batch "
+                  "of the generator[/dim]")
+    elif cfg.backends.generator.dry_run:
+        out.print("time estimate: none, the generator is a dry run and sends nothing")
+    elif total:
+        labels = run_plan.data.label_names  # the public label set, never a record
+        rate = timing.measure(cfg.backends.generator, cfg.base_dir,
+                              labels[0] if labels else None)
+        out.print(timing.describe(total, rate), soft_wrap=True)
 
 
 @app.command(help="Run a recipe end to end and write the synthetic set, privacy.json and "
