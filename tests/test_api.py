@@ -131,6 +131,8 @@ def test_bad_arguments_are_config_errors_before_anything_is_written(frame, tmp_p
         synth(frame.to_dict())
     with pytest.raises(InputError, match="generator must be"):
         synth(frame, generator=3)
+    with pytest.raises(ConfigError, match="log_level: 'loud'"):
+        synth(frame, log_level="loud")
     assert list(tmp_path.iterdir()) == []
 
 

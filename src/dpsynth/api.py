@@ -23,7 +23,7 @@ from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
 from dpsynth.config import RunConfig, parse_config
 from dpsynth.data.load import IN_MEMORY
 from dpsynth.errors import ConfigError, InputError
-from dpsynth.logs import run_logging
+from dpsynth.logs import LEVELS, run_logging
 from dpsynth.privacy.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,9 @@ def synthesize(
     from dpsynth.preflight import make_plan
     from dpsynth.synthesis import run
 
+    if log_level is not None and log_level.lower() not in LEVELS:
+        raise ConfigError(f"{SOURCE}: log_level: '{log_level}' is not one of "
+                          f"{', '.join(LEVELS)} or None")
     frame, source_kind, path = _read_input(data)
     temporary = output_dir is None
     gen_cfg, gen_obj = _backend(generator, GeneratorConfig, Generator, "generator")
@@ -139,7 +142,7 @@ def synthesize(
         config = config.model_copy(update={"output": config.output.model_copy(
             update={"dir": Path(tempfile.mkdtemp(prefix="dpsynth-run-"))})})
     out = config.output.dir
-    with run_logging(log_level, out / "run.log"):
+    with run_logging(log_level and log_level.lower(), out / "run.log"):
         if temporary:
             log.info("output folder: %s (temporary; delete it when done)", out)
         run_plan = make_plan(config, frame)
