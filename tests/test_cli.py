@@ -1,5 +1,6 @@
 """The command line: exit codes, one-line errors and help."""
 
+import os
 import re
 import subprocess
 import sys
@@ -66,6 +67,25 @@ def test_help_lists_every_command():
                             text=True, check=True)
     for command in ("run", "plan", "eval", "report"):
         assert command in result.stdout
+
+
+def test_run_and_plan_help_list_the_recipes():
+    from dpsynth.methods.registry import RECIPES
+
+    for command in ("run", "plan"):
+        result = subprocess.run([sys.executable, "-m", "dpsynth", command, "--help"],
+                                capture_output=True, text=True, check=True)
+        assert f"{', '.join(RECIPES)};" in " ".join(result.stdout.split())
+
+
+def test_plan_tables_are_not_cut_outside_a_terminal():
+    """Piped to a file, rich would squeeze the tables into 80 columns (`subsam…`)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    result = subprocess.run([sys.executable, "-m", "dpsynth", "plan"], capture_output=True,
+                            text=True, check=True, env=env)
+    assert "subsampled_gaussian" in result.stdout and "length_range_svt" in result.stdout
+    assert "…" not in result.stdout
+    assert any(line.endswith("(total 1,300)") for line in result.stdout.splitlines())
 
 
 def test_plan_prints_public_facts_only(tmp_path, capsys):

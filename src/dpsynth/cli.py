@@ -6,6 +6,7 @@ Exit codes: 0 success, 2 bad input or config (a one-line error), 1 failure.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -18,7 +19,8 @@ from dpsynth.config import RunConfig, load_config
 from dpsynth.errors import DpsynthError
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
-from dpsynth.preflight import make_plan, print_plan
+from dpsynth.methods.registry import RECIPES
+from dpsynth.preflight import RunPlan, make_plan, print_plan
 from dpsynth.synthesis import NOT_PRIVATE
 from dpsynth.synthesis import run as run_recipe
 
@@ -29,13 +31,27 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
+
+
+def _stdout_console() -> Console:
+    """The console for results. Outside a terminal (a pipe, a file, CI) rich would cut tables
+    at 80 columns, though nothing there has a width: let them take what they need (COLUMNS,
+    when set, still wins)."""
+    console = Console()
+    if console.is_terminal or console.is_jupyter or os.environ.get("COLUMNS"):
+        return console
+    return Console(width=1000)
+
+
+out = _stdout_console()
 
 ConfigArg = Annotated[
     Path | None,
     typer.Argument(help="YAML run config; omit to use the bundled example.", show_default=False),
 ]
-SeedOpt = Annotated[int | None, typer.Option(help="Fix all randomness (overrides the config).")]
+SeedOpt = Annotated[int | None, typer.Option(
+    help="Fix the public randomness: prompts, sampling, generation (overrides the config's "
+    "seed). DP noise stays cryptographic.")]
 OutputOpt = Annotated[
     Path | None, typer.Option("--output", help="Output folder (overrides output.dir).")
 ]
@@ -62,15 +78,44 @@ def _check_level(level: str) -> str:
     return level.lower()
 
 
-@app.command()
+RECIPES_HELP = (f"Recipes (recipe.name): {', '.join(RECIPES)}; each one's parameters are in "
+                "docs/config.md.")
+
+
+@app.command(help="Validate the data and config and print the privacy plan; nothing is "
+                  f"released.\n\n{RECIPES_HELP}")
 def plan(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None,
-         log_level: LevelOpt = "info") -> None:
+         log_level: LevelOpt = "info",
+         estimate_time: Annotated[bool, typer.Option(
+             "--estimate-time", help="Time one small batch of the generator now (a few "
+             "requests to a server) and estimate how long the planned outputs take.")] = False,
+         ) -> None:
     """Validate the data and config and print the privacy plan; nothing is released."""
     setup_logging(_check_level(log_level))
-    print_plan(make_plan(_load(config, seed, output)), out)
+    run_plan = make_plan(_load(config, seed, output))
+    print_plan(run_plan, out)
+    _time_estimate(run_plan, estimate_time)
 
 
-@app.command()
+def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
+    from dpsynth import timing
+
+    cfg = run_plan.config
+    total = sum(run_plan.recipe.expected_generations(run_plan.data).values())
+    if not measure:
+        out.print("[dim]time estimate: `dpsynth plan --estimate-time` times one small batch "
+                  "of the generator[/dim]")
+    elif cfg.backends.generator.dry_run:
+        out.print("time estimate: none, the generator is a dry run and sends nothing")
+    elif total:
+        labels = run_plan.data.label_names  # the public label set, never a record
+        rate = timing.measure(cfg.backends.generator, cfg.base_dir,
+                              labels[0] if labels else None)
+        out.print(timing.describe(total, rate), soft_wrap=True)
+
+
+@app.command(help="Run a recipe end to end and write the synthetic set, privacy.json and "
+                  f"run.log.\n\n{RECIPES_HELP}")
 def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None,
         log_level: LevelOpt = "info") -> None:
     """Run a recipe end to end and write the synthetic set, privacy.json and run.log."""

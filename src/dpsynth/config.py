@@ -84,7 +84,8 @@ class RunConfig(BaseModel):
     def _pool_is_not_the_private_data(self) -> RunConfig:
         """Pool texts can appear verbatim in the output: the private file is never a pool."""
         generator = self.backends.generator
-        if generator.name == "pool" and generator.path is not None:
+        in_memory = str(self.data.path) == "<DataFrame>"  # dpsynth.synthesize on a frame
+        if generator.name == "pool" and generator.path is not None and not in_memory:
             from dpsynth.backends.pool_texts import refuse_private_pool
 
             refuse_private_pool(self._resolved(generator.path), self._resolved(self.data.path))

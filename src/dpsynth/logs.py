@@ -7,24 +7,32 @@ tests in tests/test_no_leaks.py hold every module to that.
 from __future__ import annotations
 
 import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
 from rich.logging import RichHandler
+
+from dpsynth import progress
 
 LEVELS = ("debug", "info", "warning", "error")
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 def setup_logging(level: str = "info", log_file: Path | None = None) -> None:
-    """Route the `dpsynth` logger to stderr and, when given, to `log_file` (appended)."""
+    """Route the `dpsynth` logger to stderr and, when given, to `log_file` (appended); below
+    debug, silence the libraries' chatter (`quiet_libraries`)."""
+    if level.lower() != "debug":
+        quiet_libraries()
     logger = logging.getLogger("dpsynth")
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
     logger.setLevel(level.upper())
     logger.propagate = False  # libraries may have configured the root logger; print once
-    console = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+    console = RichHandler(console=progress.console(), show_path=False, rich_tracebacks=False)
     console.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(console)
     if log_file is not None:
@@ -32,3 +40,53 @@ def setup_logging(level: str = "info", log_file: Path | None = None) -> None:
         file_handler = logging.FileHandler(log_file, encoding="utf-8")
         file_handler.setFormatter(logging.Formatter(_FORMAT))
         logger.addHandler(file_handler)
+
+
+@contextmanager
+def run_logging(level: str | None, log_file: Path) -> Iterator[None]:
+    """`setup_logging` for one library call: the run's log goes to `log_file` (and to stderr
+    unless `level` is None), and the `dpsynth` logger is put back as it was afterwards, so a
+    notebook's own logging setup is left alone."""
+    logger = logging.getLogger("dpsynth")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    logger.handlers = []
+    setup_logging(level or "info", log_file)
+    if level is None:
+        for handler in [h for h in logger.handlers if not isinstance(h, logging.FileHandler)]:
+            logger.removeHandler(handler)
+        logger.propagate = saved[2]
+    try:
+        yield
+    finally:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+            handler.close()
+        logger.handlers, logger.level, logger.propagate = saved[0], saved[1], saved[2]
+
+
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+              "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+              "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+
+
+def quiet_libraries() -> None:
+    """Silence what the user cannot act on: transformers' and the Hub's progress bars
+    (`Loading weights: 100%`), datasets' bars, and library warnings such as transformers'
+    `loss_type=None`. The one place dpsynth does so. Libraries not yet imported read the
+    environment (a variable the user set wins); those already imported are told directly."""
+    for key, value in _QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "datasets" in sys.modules:
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity_error()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
@@ -27,10 +28,11 @@ class RunPlan:
     """Every release's mechanism and noise scale; the run releases with exactly these."""
 
 
-def make_plan(config: RunConfig) -> RunPlan:
-    """Load and validate the private set, resolve δ against its unit count, let the recipe
-    refuse a config it cannot run on, and plan its budget: all before anything is released."""
-    data = load_private(config.data, config.base_dir)
+def make_plan(config: RunConfig, frame: pd.DataFrame | None = None) -> RunPlan:
+    """Load and validate the private set (from `config.data`, or the in-memory `frame` it
+    describes), resolve δ against its unit count, let the recipe refuse a config it cannot
+    run on, and plan its budget: all before anything is released."""
+    data = load_private(config.data, config.base_dir, frame)
     delta = resolve_delta(config.budget, data.n_units)
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)

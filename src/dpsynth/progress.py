@@ -1,4 +1,5 @@
-"""Progress bars for long steps, on stderr, quiet when stderr is not a terminal."""
+"""Progress bars for long steps: on stderr in a terminal, as a live cell output in Jupyter,
+and quiet elsewhere (a pipe, a file, CI)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ T = TypeVar("T")
 _console = Console(stderr=True)
 
 
+def console() -> Console:
+    """The stderr console the bars draw on; log lines printed through it stay above them."""
+    return _console
+
+
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
-    """Yield from `items`, showing a bar while it runs (no bar when not on a terminal)."""
-    if not _console.is_terminal:
+    """Yield from `items`, showing a bar while it runs (no bar outside a terminal or a
+    notebook)."""
+    if not (_console.is_terminal or _console.is_jupyter):
         yield from items
         return
     if total is None and hasattr(items, "__len__"):

@@ -1,3 +1,4 @@
+import itertools
 import json
 import re
 
@@ -52,7 +53,7 @@ def test_the_page_is_public_unless_private_diagnostics_are_asked_for(run_dir):
 PLANTED = {  # distinctive values, each computed from private records in a real evaluation
     "accuracy": "0.6143", "frechet": "0.8629", "auc": "0.7317", "median": "0.9137",
     "copies": "4271", "train records": "7919", "test records": "6353",
-    "embedder texts": "5807", "variance": "74% of variance",
+    "embedder texts": "5807", "variance": "74% of variance", "reference": "0.5813",
 }
 
 
@@ -65,6 +66,7 @@ def _plant(run_dir, test_private: bool | None) -> None:
     m["privacy"]["membership_inference"]["distance_attack_auc"] = 0.7317
     m["privacy"]["nearest_private_similarity"]["synthetic"]["median"] = 0.9137
     m["privacy"]["copies"]["exact"] = 4271
+    m["reference"]["real_train_classification"]["accuracy"] = 0.5813
     m["meta"]["real_train"]["records"] = 7919
     m["meta"]["real_test"]["records"] = 6353
     if test_private is None:
@@ -107,7 +109,7 @@ def test_a_public_test_split_shows_its_metrics_but_nothing_from_the_train_split(
     public = write_report(run_dir).read_text(encoding="utf-8")
     for name in ("accuracy", "frechet", "test records", "variance"):
         assert _shows(public, PLANTED[name]), name
-    for name in ("auc", "median", "copies", "train records", "embedder texts"):
+    for name in ("auc", "median", "copies", "train records", "embedder texts", "reference"):
         assert not _shows(public, PLANTED[name]), name
     assert "real test" in _plots(public)
 
@@ -157,3 +159,43 @@ def test_ledger_figures_are_recomputed_from_recorded_releases():
     assert spend.spent_epsilon == pytest.approx(ledger.spent())
     assert spend.spent_epsilon > 0
     assert "recomputed" in spend.source
+
+
+@pytest.mark.parametrize("n", [4, 5, 12, 30])
+def test_label_chart_names_never_overlap(n):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dpsynth.report.plots import label_bars_figure
+
+    names = [f"a rather long category name, number {i}" for i in range(n)]
+    shares = {name: 1.0 / n for name in names}
+    fig = label_bars_figure(shares, shares)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    boxes = [t.get_window_extent(renderer) for t in ax.get_yticklabels() if t.get_text()]
+    assert len(boxes) == n
+    for first, second in itertools.pairwise(boxes):
+        assert not first.overlaps(second)
+    assert all(box.x0 >= 0 for box in boxes)  # names are not cut at the figure's edge
+
+
+def test_the_eval_notice_appears_once(tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "synthetic.csv").write_text("text,label\nhello there,a\nanother text,b\n")
+    page = write_report(bare).read_text(encoding="utf-8")
+    assert page.count("dpsynth eval") == 1
+    assert 'href="#metrics"' in _section(page, "distributions")
+
+
+def test_majority_class_and_real_train_reference(run_dir):
+    _plant(run_dir, test_private=False)
+    public = _section(write_report(run_dir).read_text(encoding="utf-8"), "metrics")
+    private = _section(write_report(run_dir, include_private=True).read_text(
+        encoding="utf-8"), "metrics")
+    for page in (public, private):
+        assert "always answering the most common label (billing)" in page
+        assert _shows(page, "0.5") and "trained on the synthetic set" in page
+    assert "trained on the real train split" in private and _shows(private, "0.5813")
+    assert "reference classifier trained on the real train split" in public

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pandas as pd
+
 from dpsynth.data.bounding import bound_contributions
 from dpsynth.data.config import DataConfig
 from dpsynth.data.io import read_table
@@ -21,14 +23,23 @@ def resolve_path(spec: DataConfig, base_dir: Path | None) -> Path:
     return base_dir / spec.path
 
 
-def load_private(spec: DataConfig, base_dir: Path | None = None) -> PrivateDataset:
-    """Read, validate and bound the private set named by `spec`.
+IN_MEMORY = "<DataFrame>"
+"""How errors name an in-memory table (rows numbered from 1 by position)."""
+
+
+def load_private(spec: DataConfig, base_dir: Path | None = None,
+                 frame: pd.DataFrame | None = None) -> PrivateDataset:
+    """Read, validate and bound the private set named by `spec`, or held in `frame` (an
+    in-memory table, read as is and never written anywhere; `spec.path` is then unused).
 
     Logs only what is public: the unit count N, the bound k and the label set. Counts of
     truncated, duplicate or bounded-away records depend on the data and are not logged.
     """
-    path = resolve_path(spec, base_dir)
-    table = validate(read_table(path, spec.format), spec, source=str(path))
+    if frame is not None:
+        table = validate(frame, spec, source=IN_MEMORY)
+    else:
+        path = resolve_path(spec, base_dir)
+        table = validate(read_table(path, spec.format), spec, source=str(path))
     texts, labels, units = table.texts, table.labels, None
     if table.users is not None:
         keep, units = bound_contributions(table.users, texts, spec.max_records_per_user)

@@ -117,4 +117,6 @@ def _check_label_counts(labels: list[str], rows: list[int], spec: DataConfig,
 
 
 def _is_missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
+    """None, NaN, or pandas' NA and NaT (an in-memory frame's missing values)."""
+    return (value is None or value is pd.NA or value is pd.NaT
+            or (isinstance(value, float) and value != value))

@@ -10,13 +10,16 @@ from typing import Any
 from dpsynth.evaluate.privacy import PRIVATE_NOTICE
 
 METRICS_FILE = "metrics.json"
+PRIVATE_SECTIONS = ("reference", "privacy")
+"""Sections of metrics.json computed from the real train split, the private data."""
 FIGURES_FILE = "figures.json"
 
 
 @dataclass
 class EvalResult:
     """`metrics` holds the sections `meta`, `utility`, `fidelity` and, when a real train
-    split was given, `privacy` (private-only, carrying its notice); `figures` holds the data
+    split was given, `reference` (a classifier trained on it) and `privacy` (both
+    private-only, carrying the notice); `figures` holds the data
     the HTML report plots (length samples, 2-D embedding coordinates)."""
 
     metrics: dict[str, Any]
@@ -48,8 +51,9 @@ class EvalResult:
     def to_markdown(self) -> str:
         lines = ["| section | metric | value |", "|---|---|---|"]
         lines += [f"| {s} | {m} | {v} |" for s, m, v in self.rows()]
-        if "privacy" in self.metrics:
-            lines += ["", f"**privacy rows: {PRIVATE_NOTICE}.**"]
+        private = [s for s in PRIVATE_SECTIONS if s in self.metrics]
+        if private:
+            lines += ["", f"**{' and '.join(private)} rows: {PRIVATE_NOTICE}.**"]
         return "\n".join(lines)
 
 
@@ -57,11 +61,11 @@ def metric_rows(metrics: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Flatten the headline metrics into rows; nested per-class and histogram data are left
     to figures and the JSON."""
     rows: list[tuple[str, str, str]] = []
-    for section in ("utility", "fidelity", "privacy"):
+    for section in ("utility", "fidelity", "reference", "privacy"):
         for key, value in metrics.get(section, {}).items():
             if key == "notice":
                 continue
-            label = "privacy (private only)" if section == "privacy" else section
+            label = f"{section} (private only)" if section in PRIVATE_SECTIONS else section
             rows += [(label, name, _fmt(v)) for name, v in _leaves(key, value)]
     return rows
 

@@ -128,6 +128,9 @@ def evaluate_embedded(synth: TextTable, synth_emb: np.ndarray, test: TextTable,
     with _timer(timings, "fidelity"):
         metrics["fidelity"] = _fidelity(synth, synth_emb, test, test_emb, config)
     if train is not None and train_emb is not None:
+        reference = _real_train_reference(train, train_emb, test, test_emb, config)
+        if reference is not None:
+            metrics["reference"] = reference
         with _timer(timings, "privacy"):
             metrics["privacy"] = _privacy(synth, synth_emb, test, test_emb, train, train_emb,
                                           config)
@@ -144,7 +147,31 @@ def _classification(synth: TextTable, synth_emb: np.ndarray, test: TextTable,
     else:
         scores = downstream_classification(synth_emb, synth.labels, test_emb, test.labels,
                                            config.seed)
-    return {"model": config.classifier, **scores.to_dict()}
+    return {"model": config.classifier, **scores.to_dict(),
+            **_majority(test.labels)}
+
+
+def _majority(labels: list[str]) -> dict:
+    """The accuracy of always answering the real test split's most common label: the floor a
+    classifier trained on synthetic data must clear to be worth anything."""
+    values, counts = np.unique(np.asarray(labels, dtype=object), return_counts=True)
+    return {"majority_class": str(values[counts.argmax()]),
+            "majority_class_rate": float(counts.max() / counts.sum())}
+
+
+def _real_train_reference(train: TextTable, train_emb: np.ndarray, test: TextTable,
+                          test_emb: np.ndarray, config: EvalConfig) -> dict | None:
+    """The same linear classifier trained on the real train split (the private data) and
+    tested on the real test split: the ceiling synthetic data is measured against. Computed
+    from private records, so private-only, like the privacy diagnostics."""
+    if train.labels is None or test.labels is None:
+        return None
+    scores = downstream_classification(train_emb, train.labels, test_emb, test.labels,
+                                       config.seed)
+    return {"notice": privacy.PRIVATE_NOTICE,
+            "real_train_classification": {"model": "logistic", "accuracy": scores.accuracy,
+                                          "macro_f1": scores.macro_f1,
+                                          "n_train": scores.n_train}}
 
 
 def _fidelity(synth: TextTable, synth_emb: np.ndarray, test: TextTable, test_emb: np.ndarray,

@@ -23,6 +23,7 @@ from dpsynth.ops.nearest import Voters, private_voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
+from dpsynth.progress import track
 
 
 @dataclass
@@ -191,7 +192,7 @@ class IterativeRecipe(Recipe):
             ctx.save(0, state)
         else:
             start, state = ctx.resumed
-        for t in range(start, self.iterations()):
+        for t in track(range(start, self.iterations()), f"{self.name} iterations"):
             if self.finished(state):
                 break
             state, row = self.step(ctx, state, t, last=t + 1 == self.iterations())

@@ -35,19 +35,23 @@ class LmTrainingParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_output: int = Field(2_000, ge=1)
+    n_output: int = Field(2_000, ge=1, description="synthetic texts sampled from the trained LM")
     model: Path | None = Field(None, description="public LM folder; the shipped one if omitted")
-    label_fraction: float = Field(0.05, gt=0, lt=1)
-    steps: int = Field(200, ge=1)
+    label_fraction: float = Field(0.05, gt=0, lt=1, description="budget share of the DP label "
+                                  "distribution")
+    steps: int = Field(200, ge=1, description="DP-Adam training steps")
     batch_size: int = Field(64, ge=1, description="expected Poisson batch size")
-    max_grad_norm: float = Field(1.0, gt=0)
-    learning_rate: float = Field(5e-4, gt=0)
-    max_length: int = Field(128, ge=8)
-    grad_sample_mode: Literal["hooks", "ghost"] = "hooks"
+    max_grad_norm: float = Field(1.0, gt=0, description="per-example gradient clipping norm C")
+    learning_rate: float = Field(5e-4, gt=0, description="Adam learning rate")
+    max_length: int = Field(128, ge=8, description="tokens per training example; longer ones are "
+                            "cut")
+    grad_sample_mode: Literal["hooks", "ghost"] = Field("hooks", description="Opacus per-example "
+                                                        "gradients: hooks, or ghost clipping "
+                                                        "(less memory)")
     checkpoint_every: int = Field(50, ge=1, description="training steps between checkpoints "
                                   "(weights and Adam moments; a killed run resumes there)")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(0.95, gt=0, le=1)
+    temperature: float = Field(1.0, ge=0, description="sampling temperature")
+    top_p: float = Field(0.95, gt=0, le=1, description="nucleus sampling mass")
 
 
 class CtclParams(LmTrainingParams):

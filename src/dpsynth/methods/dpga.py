@@ -46,32 +46,48 @@ from dpsynth.privacy.planning import BudgetPlan, StageSpec
 class DpgaParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    iterations: int = Field(10, ge=1)
-    n_init: int = Field(10_000, ge=1)
-    n_elite: int = Field(2_000, ge=1)
-    n_rewrite: int = Field(2_000, ge=0)
-    n_fill: int = Field(2_000, ge=0)
-    n_crossover: int = Field(2_000, ge=0)
-    n_generate: int = Field(2_000, ge=0)
-    sampling_rate: float = Field(0.8, gt=0, le=1)
-    length_bins: int = Field(100, ge=1)
+    iterations: int = Field(10, ge=1, description="T: vote-and-evolve iterations")
+    n_init: int = Field(10_000, ge=1, description="initial population, generated from the DP "
+                        "metadata")
+    n_elite: int = Field(2_000, ge=1, description="elites kept per iteration; also the output "
+                         "size")
+    n_rewrite: int = Field(2_000, ge=0, description="offspring per iteration made by rewriting an "
+                           "elite")
+    n_fill: int = Field(2_000, ge=0, description="offspring per iteration made by filling masked "
+                        "words of an elite")
+    n_crossover: int = Field(2_000, ge=0, description="offspring per iteration made by crossing "
+                             "elites")
+    n_generate: int = Field(2_000, ge=0, description="offspring per iteration generated afresh "
+                            "from the DP metadata")
+    sampling_rate: float = Field(0.8, gt=0, le=1, description="Poisson rate at which private "
+                                 "records join each vote")
+    length_bins: int = Field(100, ge=1, description="bins of the DP length histogram")
     max_words: int = Field(1_000, ge=1, description="upper end of the SVT length search")
-    fill_mask_rate: float = Field(0.5, ge=0, le=1)
-    rewrite_strength: float = Field(0.5, ge=0, le=1)
-    tau_step: float = Field(0.01, gt=0)
+    fill_mask_rate: float = Field(0.5, ge=0, le=1, description="probability that fill masks a "
+                                  "word")
+    rewrite_strength: float = Field(0.5, ge=0, le=1, description="how much a rewrite changes a "
+                                    "text (0 to 1)")
+    tau_step: float = Field(0.01, gt=0, description="increment of the similarity threshold τ when "
+                            "too few elites pass")
     keywords: dict[str, list[str]] | None = Field(
         None, description="public candidate keywords per label ('' when unlabelled); "
         "generated from the label names when omitted")
-    keywords_per_label: int = Field(10, ge=1)
+    keywords_per_label: int = Field(10, ge=1, description="candidate keywords per label, taken "
+                                    "from the probe texts, for the DP keyword vote")
     keyword_probe_samples: int = Field(20, ge=1, description="texts generated per label to "
                                        "derive candidate keywords")
-    keywords_per_sample: int = Field(3, ge=0)
-    similarity_suppression: bool = True
+    keywords_per_sample: int = Field(3, ge=0, description="keywords put into each generation "
+                                     "request")
+    similarity_suppression: bool = Field(True, description="suppress candidates too similar to "
+                                         "one another (threshold τ, a DP estimate); the paper's "
+                                         "ablation")
     similarity_buckets: int = Field(128, ge=1, description="hash buckets of the DP τ estimate: "
                                     "one pair per bucket, so about min(B, N/2) pairs; fixed "
                                     "by the config, never by N")
-    use_length: bool = True
-    use_keywords: bool = True
+    use_length: bool = Field(True, description="condition generations on the DP length histogram; "
+                             "the paper's ablation")
+    use_keywords: bool = Field(True, description="condition generations on the DP keywords; the "
+                               "paper's ablation")
 
 
 class Dpga(IterativeRecipe):

@@ -56,7 +56,9 @@ class EdaParams(BaseModel):
     perplexity_threshold: float | None = Field(
         None, gt=0, description="H; when omitted, the `perplexity_quantile` of the decoded "
         "initial (public) population")
-    perplexity_quantile: float = Field(0.9, gt=0, le=1)
+    perplexity_quantile: float = Field(0.9, gt=0, le=1, description="quantile of the initial "
+                                       "population's perplexity that sets H when "
+                                       "perplexity_threshold is omitted")
     delta_share: float = Field(0.5, gt=0, lt=1, description="share of δ spent by the "
                                "LimitedDomain bars (T·δ₀); the rest is the PLD's")
     text_words: int = Field(20, ge=1, description="length of the generator-written initial "

@@ -31,20 +31,24 @@ from dpsynth.privacy.planning import BudgetPlan, StageSpec
 class KdTutorParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_output: int = Field(2_000, ge=1)
+    n_output: int = Field(2_000, ge=1, description="synthetic texts in the output")
     pool_factor: float = Field(3.0, ge=1, description="candidates for the student to rank, "
                                "per output sample")
     n_negatives: int = Field(2_000, ge=1, description="public candidates the teachers learn "
                              "as negatives (kept apart from the ones the student ranks)")
-    teachers: int = Field(15, ge=1)
+    teachers: int = Field(15, ge=1, description="PATE teachers, each trained on a disjoint "
+                          "partition of the private data")
     n_queries: int = Field(500, ge=1, description="candidates the student learns from; each "
                            "is one noisy teacher vote on the ledger")
-    query_batch: int = Field(100, ge=1)
-    noise: Literal["gaussian", "laplace"] = "gaussian"
+    query_batch: int = Field(100, ge=1, description="student queries the teachers answer per "
+                             "batch")
+    noise: Literal["gaussian", "laplace"] = Field("gaussian", description="noise on the teachers' "
+                                                  "vote counts")
     label_mode: Literal["tutor", "uniform", "none"] = Field(
         "tutor", description="label proportions of the output: the DP tutor, uniform, or "
         "none (top candidates whatever their label)")
-    tutor_fraction: float = Field(0.1, gt=0, lt=1)
+    tutor_fraction: float = Field(0.1, gt=0, lt=1, description="budget share of the DP label "
+                                  "distribution (label_mode: tutor)")
 
 
 class KdTutor(Recipe):

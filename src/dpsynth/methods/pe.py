@@ -38,11 +38,15 @@ from dpsynth.privacy.planning import StageSpec
 class PeParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    iterations: int = Field(10, ge=1)
-    n_samples: int = Field(2_000, ge=1)
-    sampling_rate: float = Field(1.0, gt=0, le=1)
+    iterations: int = Field(10, ge=1, description="T: DP votes; a rewrite follows every vote but "
+                            "the last")
+    n_samples: int = Field(2_000, ge=1, description="population per iteration; also the output "
+                           "size")
+    sampling_rate: float = Field(1.0, gt=0, le=1, description="Poisson rate at which private "
+                                 "records join each vote")
     threshold: float = Field(2.0, ge=0, description="noisy counts below H count as zero")
-    rewrite_strength: float = Field(0.5, ge=0, le=1)
+    rewrite_strength: float = Field(0.5, ge=0, le=1, description="how much a rewrite (the "
+                                    "variation API) changes a text (0 to 1)")
     label_fraction: float = Field(0.1, ge=0, lt=1, description="budget share of a DP label "
                                   "histogram; 0 allocates labels uniformly")
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from dpsynth import __version__
 from dpsynth.evaluate.privacy import PRIVATE_NOTICE
-from dpsynth.evaluate.result import metric_rows
+from dpsynth.evaluate.result import PRIVATE_SECTIONS, metric_rows
 from dpsynth.report import plots
 from dpsynth.report.inputs import RunArtifacts, load_run
 
@@ -218,7 +218,7 @@ def _distributions(a: RunArtifacts, real_test: bool) -> str:
         shares = {str(v): float(c / counts.sum()) for v, c in zip(values, counts, strict=True)}
         parts.append(_figure(plots.label_bars(None, shares), "share of each synthetic label"))
     if a.evaluation is None:
-        parts.append(_missing("evaluation", a, "real-test distributions need `dpsynth eval`"))
+        parts.append(_see_metrics("the real test split's distributions"))
     elif not real_test:
         parts.append(_private_only("the real test split's distributions"))
     return "".join(parts)
@@ -230,7 +230,8 @@ def _embedding_map(a: RunArtifacts, real_test: bool) -> str:
     figures = a.evaluation.figures if a.evaluation is not None else {}
     points = figures.get("embedding_map")
     if not points:
-        return _missing("evaluation", a)
+        return (_see_metrics("the map") if a.evaluation is None else
+                '<p class="missing">the evaluation holds no embedding map</p>')
     return _figure(plots.embedding_map(points["real_test"], points["synthetic"],
                                        points.get("explained_variance")),
                    "PCA of sentence embeddings, fitted on both sets")
@@ -242,16 +243,45 @@ def _metrics(a: RunArtifacts, include_private: bool, real_test: bool) -> str:
     if not real_test:
         return _private_only("utility and fidelity, measured on the real test split")
     metrics = a.evaluation.metrics
-    rows = [(m, v) for s, m, v in metric_rows(metrics) if not s.startswith("privacy")]
+    rows = [(m, v) for s, m, v in metric_rows(metrics)
+            if s.split(" ")[0] not in PRIVATE_SECTIONS]
     meta = metrics.get("meta", {})
     splits = ("synthetic", "real_test") + (("real_train",) if include_private else ())
     sizes = ", ".join(f"{k.replace('_', ' ')}: {meta[k]['records']} records"
                       for k in splits if meta.get(k))
-    recall = metrics.get("utility", {}).get("classification", {}).get("per_class_recall")
-    parts = [f'<p class="meta">{html.escape(sizes)}</p>', _table(["metric", "value"], rows)]
+    classification = metrics.get("utility", {}).get("classification", {})
+    recall = classification.get("per_class_recall")
+    parts = [f'<p class="meta">{html.escape(sizes)}</p>', _table(["metric", "value"], rows),
+             _references(classification, metrics.get("reference"), include_private)]
     if recall:
         parts.append(_table(["class", "recall (trained on synthetic)"],
                             [(c, _num(r)) for c, r in recall.items()]))
+    return "".join(parts)
+
+
+def _references(classification: dict, reference: dict | None, include_private: bool) -> str:
+    """What the accuracy is worth: the majority-class rate of the real test split (shown
+    wherever that split's metrics are) and, for the data owner, the same classifier trained
+    on the real train split (private records)."""
+    rows = []
+    if "accuracy" in classification:
+        rows.append(("trained on the synthetic set", _num(classification["accuracy"])))
+    if "majority_class_rate" in classification:
+        rows.append((f"always answering the most common label "
+                     f"({classification.get('majority_class', '?')})",
+                     _num(classification["majority_class_rate"])))
+    real = (reference or {}).get("real_train_classification")
+    if real is not None and include_private:
+        rows.append((f"trained on the real train split ({real.get('model', 'logistic')}, "
+                     "private)", _num(real.get("accuracy"))))
+    if len(rows) < 2:
+        return ""
+    parts = [_table(["real-test accuracy of a classifier", "accuracy"], rows)]
+    if real is not None and not include_private:
+        parts.append(_private_only("the reference classifier trained on the real train split"))
+    elif real is None:
+        parts.append('<p class="meta">pass the real train split to <code>dpsynth eval '
+                     "--real-train</code> for the real-data reference (private only)</p>")
     return "".join(parts)
 
 
@@ -322,6 +352,13 @@ def _num(value: object) -> str:
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
     return str(value)
+
+
+def _see_metrics(what: str) -> str:
+    """Sections that need an evaluation point to the Metrics section, which says once how to
+    make one."""
+    return (f'<p class="missing">{html.escape(what)}: needs an evaluation against a real test '
+            'split (see <a href="#metrics">Metrics</a>)</p>')
 
 
 def _missing(part: str, a: RunArtifacts, default: str = "not available") -> str:

@@ -101,21 +101,28 @@ def length_histogram(real: Sequence[int] | None, synthetic: Sequence[int]) -> st
 
 def label_bars(real: dict[str, float] | None, synthetic: dict[str, float]) -> str:
     """Share of each label, side by side."""
+    return to_svg(label_bars_figure(real, synthetic))
+
+
+def label_bars_figure(real: dict[str, float] | None, synthetic: dict[str, float]):
+    """Horizontal bars, one row per label and the figure as tall as the rows need, so label
+    names of any length or number never overlap."""
     classes = sorted(set(synthetic) | set(real or {}))
-    fig = _figure(8.0, 3.2)
+    per_row = 0.42 if real else 0.3
+    fig = _figure(8.0, 0.9 + per_row * max(len(classes), 1))
     ax = fig.subplots()
-    x = np.arange(len(classes))
-    width = 0.4 if real else 0.8
+    y = np.arange(len(classes))
+    height = 0.4 if real else 0.8
     if real:
-        ax.bar(x - width / 2, [real.get(c, 0.0) for c in classes], width, color=REAL,
-               label="real test")
-    ax.bar(x + (width / 2 if real else 0), [synthetic.get(c, 0.0) for c in classes], width,
-           color=SYNTHETIC, label="synthetic")
-    ax.set_xticks(x, [_short(c) for c in classes], rotation=30 if len(classes) > 5 else 0,
-                  ha="right" if len(classes) > 5 else "center")
-    ax.set_ylabel("share")
+        ax.barh(y - height / 2, [real.get(c, 0.0) for c in classes], height, color=REAL,
+                label="real test")
+    ax.barh(y + (height / 2 if real else 0), [synthetic.get(c, 0.0) for c in classes], height,
+            color=SYNTHETIC, label="synthetic")
+    ax.set_yticks(y, [_short(c, 40) for c in classes], fontsize="small")
+    ax.set_ylim(len(classes) - 0.5, -0.5)  # first label on top
+    ax.set_xlabel("share")
     _legend(ax)
-    return to_svg(fig)
+    return fig
 
 
 def embedding_map(real: Sequence[Sequence[float]], synthetic: Sequence[Sequence[float]],

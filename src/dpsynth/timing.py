@@ -1,0 +1,74 @@
+"""How long a plan's generator outputs will take, from the backend's throughput measured now.
+
+`dpsynth plan --estimate-time` builds the configured generator (without its cache, which
+would answer from disk), warms it up with one output, then times one batch of `generate`
+calls on public conditions (a label name from the public label set, nothing else). No
+private record is read and nothing is released. The estimate is that rate times the plan's
+generator outputs; it says what it leaves out.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpsynth.backends import build_generator
+from dpsynth.backends.base import Condition
+from dpsynth.backends.config import GeneratorConfig
+
+
+@dataclass(frozen=True)
+class Throughput:
+    seconds_per_output: float
+    batch: int
+    load_seconds: float
+    words: int
+
+
+def batch_size(cfg: GeneratorConfig, generator: object) -> int:
+    """Outputs timed at once: enough to fill the backend's parallelism (an OpenAI-compatible
+    server's requests in flight, a local model's forward batch), so the rate is the one a
+    run sees on its large batches."""
+    if cfg.name == "openai":
+        return max(8, cfg.concurrency)
+    return max(8, int(getattr(generator, "batch_size", cfg.batch_size)))
+
+
+WORDS = 30
+"""Target length of the timed outputs. A run's lengths are DP releases not known at plan time;
+generation time grows about linearly with length, and the estimate says what it assumed."""
+
+
+def measure(cfg: GeneratorConfig, base_dir: Path | None, label: str | None,
+            words: int = WORDS) -> Throughput:
+    """Time one batch of `generate` on `Condition(label=label, length=words)`; `label` must
+    be public (a name from the declared label set)."""
+    cfg = cfg.model_copy(update={"cache": None, "seed": cfg.seed if cfg.seed is not None else 0})
+    started = time.perf_counter()
+    generator = build_generator(cfg, base_dir=base_dir)
+    condition = Condition(label=label, length=words)
+    generator.generate([condition])  # lazy loading and warm-up are not throughput
+    load = time.perf_counter() - started
+    n = batch_size(cfg, generator)
+    started = time.perf_counter()
+    generator.generate([condition] * n)
+    return Throughput((time.perf_counter() - started) / n, n, load, words)
+
+
+def describe(total_outputs: int, rate: Throughput) -> str:
+    """One line: the estimate, how it was measured, and what it leaves out."""
+    return (f"time estimate: about {_duration(total_outputs * rate.seconds_per_output)} of "
+            f"generation, at {rate.seconds_per_output:.3g} s per {rate.words}-word output "
+            f"measured just now on one batch of {rate.batch} (loading and a warm-up output, "
+            f"{rate.load_seconds:.1f} s, not counted), under this machine's current load. "
+            "Assumes rewrite, fill and crossover cost what generate does and time grows with "
+            "length; embedding, voting and DP training are not included.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

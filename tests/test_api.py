@@ -1,0 +1,201 @@
+"""`dpsynth.synthesize`: the Python entry point runs the CLI's pipeline on a path or an
+in-memory table, returns the synthetic set, the spend and the report, raises typed errors
+that quote no private text, and writes an in-memory table nowhere."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from rich.console import Console
+
+import dpsynth
+from dpsynth.cli import main
+from dpsynth.errors import ConfigError, DataError, InputError
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_texts
+
+PE = {"iterations": 2, "n_samples": 12}
+LABELS = ["account", "billing", "shipping", "technical"]
+
+
+@pytest.fixture
+def frame():
+    texts, labels = ticket_texts(120)
+    return pd.DataFrame({"text": texts, "label": labels})
+
+
+def synth(data, **kwargs):
+    options = {"epsilon": 2.0, "recipe": "pe", "params": PE, "labels": LABELS,
+               "generator": RecordingGenerator(), "embedder": HashEmbedder(),
+               "report": False, "log_level": None} | kwargs
+    return dpsynth.synthesize(data, **options)
+
+
+def files_under(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file()]
+
+
+def test_a_dataframe_in_gives_a_dataframe_the_spend_and_the_report(frame, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = synth(frame, report=True)
+    assert isinstance(result.data, pd.DataFrame)
+    assert list(result.data.columns) == ["text", "label"] and len(result.data) == 12
+    assert set(result.data["label"]) <= set(LABELS)
+    assert result.temporary and result.output_dir.parent == tmp_path
+    assert result.report == result.output_dir / "report.html" and result.report.is_file()
+    privacy = json.loads(result.files["privacy"].read_text())
+    assert result.privacy["epsilon"] == pytest.approx(privacy["spent"]["epsilon"])
+    assert 1.9 < result.privacy["epsilon"] <= result.privacy["epsilon_budget"] == 2.0
+    assert result.privacy["private"] is True
+    assert result.privacy["stages"]["voting"]["releases"] == 2
+    assert "(temporary" in result.files["log"].read_text()
+    assert "12 synthetic records" in repr(result) and "temporary" in repr(result)
+
+
+def test_an_in_memory_frame_is_written_nowhere(frame, tmp_path, monkeypatch):
+    """Only DP releases and synthetic text reach disk: no copy of the frame, in the temporary
+    folder, the output folder or anywhere else under the temp root."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = synth(frame, output_dir=None, report=True)
+    written = files_under(tmp_path)
+    assert result.files["synthetic"] in written and len(written) > 5
+    private = set(frame["text"]) - set(result.data["text"])
+    for path in written:
+        content = path.read_text(errors="ignore")
+        assert CANARY not in content and "zqx-canary" not in content, path
+        assert not any(text in content for text in private), path
+    config = json.loads((result.output_dir / "config.json").read_text())
+    assert config["data"]["path"] == "<DataFrame>"
+
+
+def test_a_path_runs_exactly_what_dpsynth_run_runs(frame, tmp_path, monkeypatch):
+    """Same data, seed and (seeded) noise through the CLI and through the API: the same
+    synthetic set, the same spend."""
+    frame.to_csv(tmp_path / "private.csv", index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": LABELS},
+           "budget": {"epsilon": 2.0, "noise": "seeded_not_private"},
+           "recipe": {"name": "pe", "params": PE},
+           "output": {"dir": str(tmp_path / "cli")}, "seed": 11}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr("dpsynth.synthesis.build_embedder", lambda *a, **k: HashEmbedder())
+    monkeypatch.setattr("dpsynth.synthesis.build_generator",
+                        lambda *a, **k: RecordingGenerator())
+    main(["run", str(tmp_path / "run.yaml")])
+    result = dpsynth.synthesize(
+        tmp_path / "private.csv", epsilon=2.0, recipe="pe", params=PE, labels=LABELS,
+        seed=11, budget_options={"noise": "seeded_not_private"},
+        output_dir=tmp_path / "api", report=False, log_level=None)
+    assert not result.temporary and result.output_dir == tmp_path / "api"
+    cli = pd.read_csv(tmp_path / "cli" / "synthetic.csv")
+    pd.testing.assert_frame_equal(result.data, cli)
+    assert result.privacy["private"] is False
+    spent = json.loads((tmp_path / "cli" / "privacy.json").read_text())["spent"]["epsilon"]
+    assert result.privacy["epsilon"] == pytest.approx(spent)
+
+
+def test_a_hugging_face_dataset_in_gives_one_out(frame, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    result = synth(datasets.Dataset.from_pandas(frame), output_dir=tmp_path / "out")
+    assert isinstance(result.data, datasets.Dataset)
+    assert result.data.column_names == ["text", "label"] and len(result.data) == 12
+    with pytest.raises(InputError, match="DatasetDict"):
+        synth(datasets.DatasetDict({"train": datasets.Dataset.from_pandas(frame)}))
+
+
+def test_unlabelled_data(frame, tmp_path):
+    result = synth(frame[["text"]], label=None, labels=None, output_dir=tmp_path / "out")
+    assert list(result.data.columns) == ["text"] and len(result.data) == 12
+
+
+def test_bad_arguments_are_config_errors_before_anything_is_written(frame, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cases = [({"params": {**PE, "n_samplez": 3}}, "recipe.params.n_samplez: unknown key"),
+             ({"recipe": "nope"}, "unknown recipe 'nope'"),
+             ({"epsilon": -1.0}, "budget.epsilon"),
+             ({"data_options": {"max_charz": 3}}, "data.max_charz: unknown key"),
+             ({"generator": {"name": "openai", "temperatur": 1}},
+              "backends.generator.temperatur: unknown key")]
+    for kwargs, message in cases:
+        with pytest.raises(ConfigError, match=message) as info:
+            synth(frame, **kwargs)
+        assert str(info.value).startswith("dpsynth.synthesize: ")
+    with pytest.raises(InputError, match="pandas DataFrame, a datasets.Dataset or a path"):
+        synth(frame.to_dict())
+    with pytest.raises(InputError, match="generator must be"):
+        synth(frame, generator=3)
+    with pytest.raises(ConfigError, match="log_level: 'loud'"):
+        synth(frame, log_level="loud")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_data_is_a_located_error_without_private_text(frame, tmp_path):
+    broken = frame.copy()
+    broken.loc[5, "text"] = None
+    with pytest.raises(DataError) as info:
+        synth(broken, output_dir=tmp_path / "a")
+    assert str(info.value).startswith("<DataFrame>, row 6, field 'text': text is missing")
+    unknown = frame.copy()
+    unknown.loc[[3, 4], "label"] = "refunds"
+    with pytest.raises(InputError, match="not in the declared label set") as info:
+        synth(unknown, output_dir=tmp_path / "b")
+    for text in frame["text"]:
+        assert text not in str(info.value)
+    with pytest.raises(DataError, match="missing column 'label'"):
+        synth(frame[["text"]], output_dir=tmp_path / "c")
+    na = frame.astype({"text": "string"})
+    na.loc[2, "text"] = pd.NA
+    with pytest.raises(DataError, match="row 3, field 'text': text is missing"):
+        synth(na, output_dir=tmp_path / "d")
+
+
+def test_logging_goes_to_run_log_and_is_put_back(frame, tmp_path, capfd):
+    logger = logging.getLogger("dpsynth")
+    mine = logging.NullHandler()
+    logger.addHandler(mine)
+    logger.setLevel(logging.WARNING)
+    result = synth(frame, output_dir=tmp_path / "out", log_level=None)
+    assert logger.handlers == [mine] and logger.level == logging.WARNING
+    assert capfd.readouterr().err == ""
+    assert "done: 12 synthetic records" in result.files["log"].read_text()
+    synth(frame, output_dir=tmp_path / "loud", log_level="info")
+    assert "done: 12 synthetic records" in capfd.readouterr().err
+    assert logger.handlers == [mine]
+
+
+def test_progress_bars_draw_in_a_notebook(monkeypatch):
+    """rich draws live bars in Jupyter, whose output is no terminal: `track` must use them."""
+    from dpsynth import progress
+
+    drawn = []
+
+    class Bars:
+        def __init__(self, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def add_task(self, description, total):
+            drawn.append((description, total))
+            return 0
+
+        def advance(self, task):
+            drawn.append("step")
+
+    monkeypatch.setattr(progress, "Progress", Bars)
+    monkeypatch.setattr(progress, "_console", Console(file=io.StringIO()))  # not a terminal
+    assert list(progress.track(range(3), "work")) == [0, 1, 2] and drawn == []
+    monkeypatch.setattr(progress._console, "is_jupyter", True)
+    assert list(progress.track(range(3), "work")) == [0, 1, 2]
+    assert drawn == [("work", 3), "step", "step", "step"]
