@@ -72,15 +72,18 @@ MONTHS = ["January", "March", "May", "July", "September", "November"]
 FORUM = {
     "billing": [
         "Anyone else double charged after renewing {product}? Support refunded me in {days} days.",
-        "PSA: check your {month} statement, the annual plan renewed at ${amount} without a reminder.",
+        "PSA: check your {month} statement, the annual plan renewed at ${amount} without a "
+        "reminder.",
         "How do refunds work here? I returned {product} but the ${amount} has not come back.",
         "Is there a student discount on {product}? The checkout page only shows the full price.",
         "Changed my payment method and now the app says my {month} invoice is overdue.",
         "Why does the family plan cost ${amount} when the website says it is cheaper?",
     ],
     "technical": [
-        "Fix that worked for me: {product} dropped wifi constantly until I turned off band steering.",
-        "Firmware {code} bricked {product}? Hold the reset pin for {minutes} seconds, it came back.",
+        "Fix that worked for me: {product} dropped wifi constantly until I turned off band "
+        "steering.",
+        "Firmware {code} bricked {product}? Hold the reset pin for {minutes} seconds, it came "
+        "back.",
         "{product} gets hot and the battery dies by noon since the update. Anyone else?",
         "Error E{code} when syncing {product} with the desktop client. Reinstalling did not help.",
         "Bluetooth audio on {product} stutters every few seconds, tried two phones.",

@@ -3,9 +3,10 @@
 `generate`, `crossover` and `fill` retrieve the public text nearest to what they ask for and
 the editor (any generator: the offline LM, an OpenAI-compatible server, a local HF model)
 rewrites it under the same condition at a fixed strength; `rewrite` is the editor's own, as
-AUG-PE varies a selected sample by paraphrase rather than by another retrieval. Outputs are then no longer pool texts verbatim, and
-the editor's quality caps them as much as the pool's coverage does: a weak editor turns good
-public text into worse text, so measure generator-only utility with and without `edit`.
+AUG-PE varies a selected sample by paraphrase rather than by another retrieval. Outputs are
+then no longer pool texts verbatim, and the editor's quality caps them as much as the pool's
+coverage does: a weak editor turns good public text into worse text, so measure
+generator-only utility with and without `edit`.
 """
 
 from __future__ import annotations
