@@ -29,9 +29,11 @@ class CountingEmbedder(HashEmbedder):
     def __init__(self) -> None:
         super().__init__(DIM)
         self.embedded = 0
+        self.texts: list[str] = []
 
     def encode(self, texts):
         self.embedded += len(texts)
+        self.texts += list(texts)
         return super().encode(texts)
 
 
@@ -276,3 +278,17 @@ def test_edit_is_configured_on_the_pool_by_name(tmp_path, pool_file, monkeypatch
         GeneratorConfig(name="offline", edit="offline")
     with pytest.raises(ValueError, match="not another pool"):
         GeneratorConfig(name="pool", edit="pool")
+
+
+def test_a_run_reads_pool_texts_from_the_stored_embeddings(tmp_path, pool_file):
+    embedder = CountingEmbedder()
+    pool = make_pool(pool_file, embedder=embedder, seed=None)
+    assert sorted(embedder.texts) == sorted(pool_lines())  # indexing the pool
+    config = make_config(tmp_path, ticket_texts(160), "pe")
+    synthetic = pd.read_csv(run(config, embedder=embedder, generator=pool).synthetic)
+    assert set(synthetic["text"]) <= set(pool_lines())
+    again = embedder.texts[len(pool_lines()):]  # the private texts and the label queries
+    assert not set(again) & set(pool_lines())  # no pool text embedded a second time
+    other = CountingEmbedder()
+    other.identity = lambda: {"embedder": "another"}
+    assert pool.stored_embeddings(pool_lines()[:2], other) == {}  # another space: embed

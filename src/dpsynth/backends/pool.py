@@ -83,6 +83,15 @@ class PoolGenerator(Generator):
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._calls = int(state["calls"])
 
+    def stored_embeddings(self, texts: Sequence[str], embedder: Embedder
+                          ) -> dict[str, np.ndarray]:
+        """The stored vectors of those `texts` that are pool texts, when `embedder` is the
+        one that indexed the pool: a run then never embeds a retrieved text again."""
+        mine = self.index.embedder
+        if embedder.identity() != mine.identity() or embedder.dim != mine.dim:
+            return {}
+        return {t: self.index.vectors[self._ids[t]] for t in texts if t in self._ids}
+
     # ------------------------------------------------------------ operations
 
     def generate(self, conditions: Sequence[Condition]) -> list[str]:

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dpsynth.backends.base import Condition, Generator
+import numpy as np
+
+from dpsynth.backends.base import Condition, Embedder, Generator
 from dpsynth.backends.pool import PoolGenerator
 
 
@@ -46,6 +48,11 @@ class EditedPool(Generator):
         self.pool.load_state_dict(state["pool"])
         if hasattr(self.editor, "load_state_dict"):
             self.editor.load_state_dict(state["edit"])
+
+    def stored_embeddings(self, texts: Sequence[str], embedder: Embedder
+                          ) -> dict[str, np.ndarray]:
+        """The pool's, for outputs the editor left as they were retrieved."""
+        return self.pool.stored_embeddings(texts, embedder)
 
     def _edit(self, retrieved: list[str], conditions: Sequence[Condition]) -> list[str]:
         return self.editor.rewrite(retrieved, conditions, self.strength) if retrieved else []

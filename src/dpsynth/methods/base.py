@@ -63,8 +63,13 @@ class RunContext:
 
     def embed_public(self, texts: list[str]) -> np.ndarray:
         """Embed public or synthetic texts, each distinct text once per run: elites carried
-        over from one generation to the next are not embedded again."""
+        over from one generation to the next are not embedded again, and a pool's texts are
+        read from its stored embeddings when the run embeds with the pool's embedder."""
         missing = [t for t in dict.fromkeys(texts) if t not in self._public_embeddings]
+        stored = getattr(self.generator, "stored_embeddings", None)  # a pool's own vectors
+        if missing and stored is not None:
+            self._public_embeddings.update(stored(missing, self.embedder))
+            missing = [t for t in missing if t not in self._public_embeddings]
         if missing:
             self._public_embeddings.update(zip(missing, self.embedder.encode(missing),
                                                strict=True))
