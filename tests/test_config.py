@@ -35,7 +35,7 @@ def test_unknown_key_error_gives_its_path():
 
 @pytest.mark.parametrize("epsilon", [0, -1])
 def test_epsilon_must_be_positive(epsilon):
-    with pytest.raises(ConfigError, match=r"budget\.epsilon: Input should be greater than 0"):
+    with pytest.raises(ConfigError, match=r"budget\.epsilon: -?\d+ is outside \(0, 100\]"):
         parse_config(with_("budget", epsilon=epsilon))
 
 

@@ -21,7 +21,7 @@ from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
 from dpsynth.methods.registry import RECIPES
 from dpsynth.preflight import RunPlan, make_plan, print_plan
-from dpsynth.synthesis import NOT_PRIVATE
+from dpsynth.synthesis import NOT_PRIVATE, prepare_output_dir
 from dpsynth.synthesis import run as run_recipe
 
 log = logging.getLogger("dpsynth.cli")
@@ -121,7 +121,7 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     """Run a recipe end to end and write the synthetic set, privacy.json and run.log."""
     level = _check_level(log_level)
     cfg = _load(config, seed, output)
-    setup_logging(level, cfg.output.dir / "run.log")
+    setup_logging(level, prepare_output_dir(cfg.output.dir) / "run.log")
     run_plan = make_plan(cfg)
     print_plan(run_plan, out)
     outputs = run_recipe(cfg, run_plan=run_plan)

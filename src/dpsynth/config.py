@@ -111,9 +111,22 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
     if "base_dir" in raw:
         raise ConfigError(f"{source}: base_dir: unknown key")
     try:
-        return RunConfig.model_validate({**raw, "base_dir": base_dir})
+        config = RunConfig.model_validate({**raw, "base_dir": base_dir})
     except ValidationError as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
+    _check_recipe_params(config, source)
+    return config
+
+
+def _check_recipe_params(config: RunConfig, source: str) -> None:
+    """The recipe's own parameter model, checked with the rest of the file, before any data
+    is read: an unknown or bad `recipe.params` key names the config file."""
+    from dpsynth.methods.registry import build_recipe
+
+    try:
+        build_recipe(config.recipe, config.budget.split)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -123,9 +136,25 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"{path}: config file not found")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}{_yaml_where(exc)}: not valid YAML ({_yaml_problem(exc)})"
+                          ) from None
     return parse_config(raw, str(path), path.parent.resolve())
+
+
+def _yaml_where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return "" if mark is None else f", line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's message without its multi-line excerpt of the file: one line."""
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    text = "; ".join(p for p in (context, problem) if p) or str(exc)
+    return " ".join(text.split())
 
 
 def _describe(exc: ValidationError) -> str:
@@ -135,5 +164,5 @@ def _describe(exc: ValidationError) -> str:
         if error["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key")
         else:
-            lines.append(f"{where}: {error['msg']}")
+            lines.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
     return "; ".join(lines)

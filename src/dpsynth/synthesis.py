@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,9 +49,28 @@ NOT_PRIVATE = ("NOT PRIVATE: budget.noise is seeded_not_private, so the DP noise
                "from the seed and can be subtracted; this run is a reproduction, not a release")
 
 
+def prepare_output_dir(folder: Path) -> Path:
+    """Create the output folder, or say in one line why it cannot be one (exit 2): a path
+    that is a file, lies under a file, or cannot be created or written (`/proc/...`)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"output.dir {folder}: is a file, not a folder; name a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe, name = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        os.close(probe)
+        os.unlink(name)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"output.dir {folder}: cannot be created or written ({reason}); "
+                         "name a folder you can write to") from None
+    return folder
+
+
 def run(config: RunConfig, *, embedder: Embedder | None = None,
         generator: Generator | None = None, run_plan: RunPlan | None = None) -> RunOutputs:
     """Synthesise per `config`, resuming from the output folder's journal and checkpoints."""
+    prepare_output_dir(config.output.dir)
     run_plan = run_plan or make_plan(config)
     if not config.budget.private:
         log.warning(NOT_PRIVATE)

@@ -40,6 +40,8 @@ def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
     texts = _text_column(frame[spec.text_column].tolist(), spec, source)
     labels = _required_strings(frame, spec.label_column, source, "label")
     users = _required_strings(frame, spec.user_column, source, "user id")
+    if labels is not None and spec.labels is not None:
+        _check_declared_labels(labels, spec, source)
 
     if any(len(t) > spec.max_chars for t in texts):
         if spec.over_length == "reject":
@@ -100,6 +102,19 @@ def _required_strings(frame: pd.DataFrame, column: str | None, source: str,
             raise DataError(f"{what} is missing", path=source, row=row, field=column)
         out.append(str(value).strip())
     return out
+
+
+def _check_declared_labels(labels: list[str], spec: DataConfig, source: str) -> None:
+    declared = set(spec.labels or ())
+    undeclared = next(((row, label) for row, label in enumerate(labels, start=1)
+                       if label not in declared), None)
+    if undeclared is not None:
+        row, label = undeclared  # the first; how many there are depends on the data
+        raise DataError(
+            f"label '{label}' is not in data.labels {spec.labels}; add it to data.labels or "
+            "fix the data",
+            path=source, row=row, field=spec.label_column,
+        )
 
 
 def _check_label_counts(labels: list[str], rows: list[int], spec: DataConfig,

@@ -6,9 +6,11 @@ import logging
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 log = logging.getLogger(__name__)
+
+MAX_EPSILON = 100.0
 
 
 class BudgetConfig(BaseModel):
@@ -16,8 +18,8 @@ class BudgetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    epsilon: float = Field(gt=0, le=100, description="total ε, in (0, 100]: far above any ε "
-                           "worth defending, and where the accountants still compute")
+    epsilon: float = Field(description="total ε, in (0, 100]: far above any ε worth "
+                           "defending, and where the accountants still compute")
     delta: float | None = Field(None, gt=0, lt=1, description="total δ in (0, 1)")
     split: dict[str, float] | None = Field(
         None, description="fraction of the budget per stage; each recipe has a default"
@@ -27,6 +29,14 @@ class BudgetConfig(BaseModel):
         "from the run's seed, so anyone with the seed can subtract it: a non-private "
         "reproduction, labelled NOT PRIVATE in every output"
     )
+
+    @field_validator("epsilon")
+    @classmethod
+    def _sane_epsilon(cls, epsilon: float) -> float:
+        if not 0 < epsilon <= MAX_EPSILON:  # also refuses nan and inf
+            raise ValueError(f"{epsilon:g} is outside (0, {MAX_EPSILON:g}]; ε above about 10 "
+                             "protects little, and the accountants overflow long before 1e12")
+        return epsilon
 
     @property
     def private(self) -> bool:

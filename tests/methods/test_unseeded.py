@@ -1,0 +1,129 @@
+"""Every recipe end to end as users run it: no `seed`, so the public seed is drawn once per
+output folder and the DP noise is cryptographic. The default suite runs each recipe on the
+tiny stand-ins the recipe tests use; the slow suite runs each on the shipped models, built
+from the config as `dpsynth run` builds them."""
+
+import contextlib
+import json
+
+import pandas as pd
+import pytest
+
+from dpsynth.config import parse_config
+from dpsynth.synthesis import run
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
+
+RECIPES = ["pe", "dpga", "eda", "ctcl", "dpft", "kd_tutor"]
+TINY = {
+    "pe": {"iterations": 3, "n_samples": 12, "label_fraction": 0.1},
+    "dpga": {"iterations": 3, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
+             "n_crossover": 8, "n_generate": 8, "length_bins": 10, "max_words": 60,
+             "keyword_probe_samples": 5},
+    "kd_tutor": {"n_output": 12, "pool_factor": 3, "n_negatives": 40, "teachers": 4,
+                 "n_queries": 24, "query_batch": 10},
+    "eda": {"iterations": 2, "n_public": 40, "n_offspring": 60, "domain_size": 20,
+            "n_parents": 4, "n_output": 16, "text_words": 8},
+    "ctcl": {"n_output": 20, "steps": 4, "batch_size": 32, "max_length": 32},
+    "dpft": {"n_output": 20, "steps": 4, "batch_size": 32, "max_length": 32},
+}
+
+
+def _config(tmp_path, tickets, recipe, params, backends=None, epsilon=4.0):
+    texts, labels = tickets
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                          index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label",
+                    "labels": sorted(set(labels))},
+           "budget": {"epsilon": epsilon},  # noise: cryptographic, the default
+           "recipe": {"name": recipe, "params": params},
+           "output": {"dir": str(tmp_path / "out")}}  # no seed: as users run it
+    if backends is not None:
+        raw["backends"] = backends
+    config = parse_config(raw, base_dir=tmp_path)
+    assert config.seed is None and config.budget.private
+    return config
+
+
+def _check(outputs, tmp_path, tickets, epsilon=4.0):
+    synthetic = pd.read_csv(outputs.synthetic, keep_default_na=False)
+    assert len(synthetic) > 0 and (synthetic["text"].str.strip() != "").all()
+    assert set(synthetic["label"]) <= set(tickets[1])
+    privacy = json.loads(outputs.privacy.read_text())
+    assert privacy["private"] is True and "NOT_PRIVATE" not in privacy
+    assert 0 < privacy["spent"]["epsilon"] <= epsilon
+    assert privacy["recomputed_epsilon"] == pytest.approx(privacy["spent"]["epsilon"])
+    header = json.loads((tmp_path / "out" / "checkpoints" / "releases.jsonl")
+                        .read_text().splitlines()[0])["header"]
+    assert header["noise"] == "cryptographic"
+    assert 0 <= header["public_seed"] < 2**31  # a seed every library takes
+    assert CANARY not in outputs.result.texts
+
+
+@pytest.fixture
+def stand_ins(request, tmp_path, tickets):
+    """(params, embedder) for a recipe on the tiny stand-ins of its own tests."""
+    recipe = request.param
+    params = dict(TINY[recipe])
+    embedder = HashEmbedder()
+    if recipe == "eda":
+        pytest.importorskip("torch")
+        from tests.tiny_lm import INVERSION_DIM
+
+        params["decoder"] = str(request.getfixturevalue("tiny_inversion")[1])
+        embedder = HashEmbedder(INVERSION_DIM)
+    if recipe in ("ctcl", "dpft"):
+        pytest.importorskip("torch")
+        pytest.importorskip("opacus")
+        params["model"] = str(request.getfixturevalue("tiny_lm"))
+    if recipe == "ctcl":
+        from dpsynth.ops.topics import TopicModel
+
+        centroids = HashEmbedder().encode(["invoice refund charge", "parcel courier delivery",
+                                           "wifi screen battery"])
+        params["topic_model"] = str(TopicModel(
+            centroids, [["invoice", "refund"], ["parcel", "courier"], ["wifi", "battery"]],
+            {"method": "test"}).save(tmp_path / "topics"))
+    return recipe, params, embedder
+
+
+def _one_thread_if_torch(recipe):
+    if recipe not in ("eda", "ctcl", "dpft"):
+        return contextlib.nullcontext()
+    from tests.tiny_lm import one_torch_thread
+
+    return one_torch_thread()
+
+
+@pytest.mark.parametrize("stand_ins", RECIPES, indirect=True)
+def test_every_recipe_runs_unseeded_on_tiny_stand_ins(tmp_path, tickets, stand_ins):
+    recipe, params, embedder = stand_ins
+    with _one_thread_if_torch(recipe):
+        outputs = run(_config(tmp_path, tickets, recipe, params), embedder=embedder,
+                      generator=RecordingGenerator())
+    _check(outputs, tmp_path, tickets)
+
+
+SHIPPED = {  # small sizes; every model is the shipped default, built from the config
+    "pe": {"iterations": 2, "n_samples": 16},
+    "dpga": {"iterations": 2, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
+             "n_crossover": 8, "n_generate": 8, "length_bins": 10, "max_words": 40,
+             "keyword_probe_samples": 4},
+    "kd_tutor": {"n_output": 12, "pool_factor": 2, "n_negatives": 30, "teachers": 3,
+                 "n_queries": 20, "query_batch": 10},
+    "eda": {"iterations": 2, "n_public": 40, "n_offspring": 60, "domain_size": 40,
+            "n_parents": 4, "n_output": 12},
+    "ctcl": {"n_output": 12, "steps": 2, "batch_size": 16, "max_length": 32},
+    "dpft": {"n_output": 12, "steps": 2, "batch_size": 16, "max_length": 32},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_runs_unseeded_on_the_shipped_models(tmp_path, tickets, recipe):
+    pytest.importorskip("torch")
+    from tests.tiny_lm import one_torch_thread
+
+    backends = {"embedder": {"name": "minilm"}, "generator": {"name": "offline"}}
+    with one_torch_thread():
+        outputs = run(_config(tmp_path, tickets, recipe, SHIPPED[recipe], backends))
+    _check(outputs, tmp_path, tickets)

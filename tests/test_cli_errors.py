@@ -1,0 +1,87 @@
+"""Bad input a new user meets: each is exit 2 and one line naming the file (and the row and
+field, or the line and column) — never a traceback."""
+
+import pytest
+import yaml
+
+from dpsynth.cli import main
+
+
+def run_cli(*argv):
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    return info.value.code
+
+
+def one_line_error(capsys):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def write_config(tmp_path, *, data=None, recipe=None, budget=None, output=None, rows=None):
+    rows = rows or [("the parcel is late", "shipping"), ("refund my card", "billing")] * 4
+    (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    config = {"data": {"path": "d.csv", "label_column": "label", **(data or {})},
+              "budget": budget or {"epsilon": 2.0},
+              "recipe": recipe or {"name": "pe", "params": {"iterations": 1}},
+              "output": {"dir": str(output or tmp_path / "out")}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file", "proc"])
+def test_an_output_folder_that_cannot_be_one_is_exit_2_in_one_line(tmp_path, capsys, where):
+    (tmp_path / "taken").write_text("a file, not a folder")
+    folder = {"a_file": tmp_path / "taken", "under_a_file": tmp_path / "taken" / "run",
+              "proc": "/proc/dpsynth-cannot-be-here"}[where]
+    config = write_config(tmp_path)
+    assert run_cli("run", str(config), "--output", str(folder)) == 2
+    line = one_line_error(capsys)
+    assert f"output.dir {folder}:" in line
+    assert (tmp_path / "taken").read_text() == "a file, not a folder"
+
+
+def test_an_undeclared_label_names_file_row_and_field(tmp_path, capsys):
+    rows = [("the parcel is late", "shipping"), ("refund my card", "billing")] * 3
+    rows.insert(3, ("my wifi drops", "technical"))
+    config = write_config(tmp_path, data={"labels": ["billing", "shipping"]}, rows=rows)
+    assert run_cli("plan", str(config)) == 2
+    line = one_line_error(capsys)
+    assert "d.csv, row 4, field 'label': label 'technical' is not in data.labels" in line
+
+
+def test_an_unknown_recipe_param_names_the_config_before_the_data_is_read(tmp_path, capsys):
+    config = write_config(tmp_path, recipe={"name": "pe", "params": {"iteratons": 3}})
+    (tmp_path / "d.csv").unlink()  # were the data read first, this would be the error
+    assert run_cli("plan", str(config)) == 2
+    assert one_line_error(capsys) == (f"error: {config}: recipe.params.iteratons: "
+                                      "unknown key")
+
+
+def test_a_bad_recipe_param_value_is_located_too(tmp_path, capsys):
+    config = write_config(tmp_path, recipe={"name": "eda", "params": {"n_parents": 50,
+                                                                      "domain_size": 10}})
+    assert run_cli("plan", str(config)) == 2
+    line = one_line_error(capsys)
+    assert f"{config}: recipe.params" in line and "n_parents=50 exceeds domain_size=10" in line
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_position(tmp_path, capsys):
+    path = tmp_path / "broken.yaml"
+    path.write_text("data: {path: d.csv\nbudget: {epsilon: 1}\n")
+    assert run_cli("plan", str(path)) == 2
+    line = one_line_error(capsys)
+    assert line.startswith(f"error: {path}, line 2, column 7: not valid YAML (")
+
+
+@pytest.mark.parametrize("epsilon", [1e12, 0, -1, float("inf")])
+def test_epsilon_out_of_range_is_a_clear_error(tmp_path, capsys, epsilon):
+    config = write_config(tmp_path, budget={"epsilon": epsilon})
+    assert run_cli("plan", str(config)) == 2
+    line = one_line_error(capsys)
+    assert f"{config}: budget.epsilon:" in line and "outside (0, 100]" in line
