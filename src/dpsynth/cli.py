@@ -1,6 +1,7 @@
 """The `dpsynth` command line: run, plan, eval, report.
 
-Exit codes: 0 success, 2 bad input or config (a one-line error), 1 failure.
+Exit codes: 0 success, 2 bad input or config (a one-line error), 1 failure, 130 interrupted
+(Ctrl-C; one line says where the run stopped and how to resume it).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from rich.console import Console
 
 from dpsynth import __version__
 from dpsynth.config import RunConfig, load_config
-from dpsynth.errors import DpsynthError
+from dpsynth.errors import DpsynthError, Interrupted
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
 from dpsynth.methods.registry import RECIPES
 from dpsynth.preflight import RunPlan, make_plan, print_plan
-from dpsynth.synthesis import NOT_PRIVATE, prepare_output_dir
+from dpsynth.synthesis import NOT_PRIVATE, prepare_output_dir, stopped_summary
 from dpsynth.synthesis import run as run_recipe
 
 log = logging.getLogger("dpsynth.cli")
@@ -124,7 +125,16 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     setup_logging(level, prepare_output_dir(cfg.output.dir) / "run.log")
     run_plan = make_plan(cfg)
     print_plan(run_plan, out)
-    outputs = run_recipe(cfg, run_plan=run_plan)
+    try:
+        outputs = run_recipe(cfg, run_plan=run_plan)
+    except KeyboardInterrupt:
+        again = " ".join(["dpsynth run", *([str(config)] if config else []),
+                          *(["--output", str(output)] if output else [])])
+        raise Interrupted(f"the run stopped {stopped_summary(cfg.output.dir)}; `{again}` "
+                          f"resumes it from {cfg.output.dir}") from None
+    if outputs.already_complete:
+        out.print(f"this run is already complete: nothing was run again. Its outputs are in "
+                  f"{cfg.output.dir} (use a new output folder to synthesise again)")
     if not cfg.budget.private:
         out.print(f"[bold red]{NOT_PRIVATE}[/bold red]")
     out.print(f"synthetic data: {outputs.synthetic}\n"
@@ -205,9 +215,10 @@ def version() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn dpsynth errors into a one-line message and an exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except DpsynthError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False,
+        what = "interrupted" if isinstance(exc, Interrupted) else "error"
+        Console(stderr=True).print(f"[bold red]{what}:[/bold red] {exc}", highlight=False,
                                    soft_wrap=True)
         log.debug("error detail", exc_info=True)
         sys.exit(exc.exit_code)
@@ -221,3 +232,7 @@ def main(argv: list[str] | None = None) -> None:
             exc.show()
             sys.exit(code)
         raise
+    if code == Interrupted.exit_code:  # Ctrl-C outside a run: typer returns 130
+        Console(stderr=True).print("[bold red]interrupted[/bold red]: nothing was released")
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -38,3 +38,9 @@ class ConfigError(InputError):
 
 class BudgetExceededError(DpsynthError):
     """A release would take the privacy spend past the budget; nothing was released."""
+
+
+class Interrupted(DpsynthError):
+    """The user stopped the run (Ctrl-C); the message says where, and how to resume."""
+
+    exit_code = 130

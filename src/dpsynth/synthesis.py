@@ -23,13 +23,14 @@ import pandas as pd
 from dpsynth.backends import Embedder, Generator, build_embedder, build_generator
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.counting import CountingGenerator
+from dpsynth.backends.health import check_backends
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
-from dpsynth.data import write_table
+from dpsynth.data import read_table, write_table
 from dpsynth.errors import InputError
 from dpsynth.methods.base import RunContext, SyntheticSet
 from dpsynth.preflight import RunPlan, make_plan
-from dpsynth.privacy.journal import Journal, JournalHeader
+from dpsynth.privacy.journal import Journal, JournalHeader, atomic_write_text
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 
@@ -43,6 +44,8 @@ class RunOutputs:
     metrics: Path
     result: SyntheticSet
     ledger: PrivacyLedger
+    already_complete: bool = False
+    """The folder held a finished run: these are its outputs, and nothing was run again."""
 
 
 NOT_PRIVATE = ("NOT PRIVATE: budget.noise is seeded_not_private, so the DP noise follows "
@@ -69,7 +72,11 @@ def prepare_output_dir(folder: Path) -> Path:
 
 def run(config: RunConfig, *, embedder: Embedder | None = None,
         generator: Generator | None = None, run_plan: RunPlan | None = None) -> RunOutputs:
-    """Synthesise per `config`, resuming from the output folder's journal and checkpoints."""
+    """Synthesise per `config`, resuming from the output folder's journal and checkpoints.
+
+    A folder whose run finished is not run again: its outputs are returned as they are
+    (`RunOutputs.already_complete`). A run that stops early, on an error or Ctrl-C, still
+    writes privacy.json, marked incomplete, with every release its journal recorded."""
     prepare_output_dir(config.output.dir)
     run_plan = run_plan or make_plan(config)
     if not config.budget.private:
@@ -80,16 +87,28 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         config.seed if config.seed is not None else secrets.randbits(31),
         config.budget.noise, unit))
     try:
-        return _run(config, run_plan, journal, embedder, generator)
+        finished = _finished(config, journal)
+        if finished is not None:
+            return finished
+        store = CheckpointStore(config.output.dir / "checkpoints")
+        ledger = _journal_ledger(journal)
+        try:
+            ledger, noise, resumed = _restore(journal, store.latest(), config)
+            outputs = _run(config, run_plan, journal, ledger, noise, resumed, store,
+                           embedder, generator)
+        except BaseException as exc:
+            _write_incomplete(ledger, config, exc)
+            raise
+        _mark_complete(config, outputs, len(ledger.charges))
+        return outputs
     finally:
         journal.close()
 
 
-def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, embedder: Embedder | None,
-         generator: Generator | None) -> RunOutputs:
+def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: PrivacyLedger,
+         noise: NoiseSource, resumed: tuple[int, dict, dict] | None, store: CheckpointStore,
+         embedder: Embedder | None, generator: Generator | None) -> RunOutputs:
     out = config.output.dir
-    store = CheckpointStore(out / "checkpoints")
-    ledger, noise, resumed = _restore(journal, store.latest(), config)
     ledger.on_charge = journal.append_charge
     ledger.on_answer = journal.append_output
     seed = journal.header.public_seed
@@ -101,12 +120,14 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, embedder: Embed
         with metrics_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
 
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
     backends = config.backends
-    embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
     generator = CountingGenerator(
         generator or build_generator(_seeded(backends.generator, seed),
                                      base_dir=config.base_dir))
+    check_backends(generator=generator)  # before loading the embedder: fail fast
+    embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
+    check_backends(embedder=embedder)
     if resumed is not None and "generator" in resumed[2] and hasattr(generator,
                                                                      "load_state_dict"):
         generator.load_state_dict(resumed[2]["generator"])
@@ -125,9 +146,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, embedder: Embed
                          | ({"label": result.labels} if result.labels is not None else {}))
     synthetic = write_table(frame, out / f"synthetic.{config.output.format}",
                             config.output.format)
-    privacy = out / "privacy.json"
-    privacy.write_text(json.dumps(_privacy_report(ledger, config), indent=2), encoding="utf-8")
-    (out / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
+    privacy = _write_privacy(ledger, config, {"complete": True})
     log.info("done: %d synthetic records, ε spent %.4g of %g", len(result.texts),
              ledger.spent(), ledger.epsilon)
     return RunOutputs(synthetic, privacy, metrics_path, result, ledger)
@@ -179,6 +198,92 @@ def _noise_at(noise: NoiseSource, saved: dict[str, Any], config: RunConfig) -> N
     if noise.seeded:
         noise.draws = int(saved["draws"])
     return noise
+
+
+def _journal_ledger(journal: Journal) -> PrivacyLedger:
+    h = journal.header
+    return PrivacyLedger(h.epsilon, h.delta, charges=[r.charge for r in journal.releases])
+
+
+def _write_privacy(ledger: PrivacyLedger, config: RunConfig, status: dict[str, Any]) -> Path:
+    path = config.output.dir / "privacy.json"
+    atomic_write_text(path, json.dumps({**status, **_privacy_report(ledger, config)},
+                                       indent=2, allow_nan=False))
+    return path
+
+
+def _write_incomplete(ledger: PrivacyLedger, config: RunConfig, exc: BaseException) -> None:
+    """privacy.json for a run that stopped early: its spend so far, marked incomplete. Says
+    how it stopped by the exception's type only (a message could quote anything)."""
+    stopped = ("interrupted" if isinstance(exc, KeyboardInterrupt)
+               else f"failed ({type(exc).__name__})")
+    try:
+        _write_privacy(ledger, config, {
+            "complete": False, "stopped": stopped,
+            "note": "the run did not finish: this is what it spent, every release its "
+                    "journal recorded; run the same config again to resume"})
+    except Exception:  # never hide the error that stopped the run
+        log.warning("could not write privacy.json for the stopped run", exc_info=True)
+
+
+def stopped_summary(folder: Path) -> str:
+    """Where a stopped run in `folder` stands, from its incomplete privacy.json and
+    checkpoints: "at checkpoint step 2, after 3 release(s): ε = 1.2 of 4 spent (...)"."""
+    path = Path(folder) / "privacy.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        releases, spent = len(data["charges"]), float(data["spent"]["epsilon"])
+        budget = float(data["budget"]["epsilon"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "before any release"
+    latest = CheckpointStore(Path(folder) / "checkpoints").latest()
+    where = f"at checkpoint step {latest[0]}" if latest else "before the first checkpoint"
+    if not releases:
+        return f"{where}, before any release (nothing spent)"
+    return f"{where}, after {releases} release(s): ε = {spent:.4g} of {budget:g} spent ({path})"
+
+
+COMPLETE_FILE = "complete.json"
+
+
+def _mark_complete(config: RunConfig, outputs: RunOutputs, releases: int) -> None:
+    """Record that the folder's run finished: a rerun returns its outputs, releasing nothing."""
+    atomic_write_text(config.output.dir / "checkpoints" / COMPLETE_FILE, json.dumps({
+        "releases": releases, "synthetic": outputs.synthetic.name,
+        "config": _comparable(config)}, indent=2))
+
+
+def _comparable(config: RunConfig) -> dict[str, Any]:
+    dumped = config.model_dump(mode="json")
+    dumped["output"].pop("dir", None)  # the same folder, however it was spelled
+    return dumped
+
+
+def _finished(config: RunConfig, journal: Journal) -> RunOutputs | None:
+    """The outputs of the folder's finished run, or None when it has not finished. A
+    finished folder with another config is refused: it holds that config's release."""
+    out = config.output.dir
+    marker = out / "checkpoints" / COMPLETE_FILE
+    if not marker.exists():
+        return None
+    done = json.loads(marker.read_text(encoding="utf-8"))
+    synthetic = out / done["synthetic"]
+    if done["releases"] != len(journal.releases) or not synthetic.exists():
+        raise InputError(f"{out}: its finished run's files are not as it left them "
+                         f"({COMPLETE_FILE}, the release journal, {synthetic.name}); use a new "
+                         "output folder")
+    now = _comparable(config)
+    changed = sorted(k for k in now.keys() | done["config"].keys()
+                     if now.get(k) != done["config"].get(k))
+    if changed:
+        raise InputError(f"{out}: holds a finished run made with another config (it differs "
+                         f"in {', '.join(changed)}); use a new output folder")
+    table = read_table(synthetic, config.output.format)
+    result = SyntheticSet(table["text"].tolist(),
+                          table["label"].tolist() if "label" in table.columns else None)
+    log.info("this run is already complete; its outputs are in %s (nothing was run again)", out)
+    return RunOutputs(synthetic, out / "privacy.json", out / "metrics.jsonl", result,
+                      _journal_ledger(journal), already_complete=True)
 
 
 def _privacy_report(ledger: PrivacyLedger, config: RunConfig) -> dict[str, Any]:

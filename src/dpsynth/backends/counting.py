@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth.backends.base import FAILED, Condition, Generator
+from dpsynth.backends.health import check_outputs
 
 
 class CountingGenerator(Generator):
@@ -25,6 +26,7 @@ class CountingGenerator(Generator):
     def _count(self, op: str, results: list[str]) -> list[str]:
         self.outputs[op] += len(results)
         self.failed += sum(r == FAILED for r in results)
+        check_outputs(self.inner, op, results)  # a remote backend that failed them all stops
         return results
 
     def identity(self) -> dict[str, object]:

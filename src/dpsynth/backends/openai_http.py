@@ -125,6 +125,8 @@ class OpenAIHttpClient:
         self.where = where
         self.quote_errors = quote_errors  # only where requests carry no private text
         self.usage = Usage()
+        self.last_error: str | None = None
+        """Why the latest failed request failed ("HTTP 503", "timeout", ...); never a prompt."""
         key = read_api_key(api_key_env, where)
         self._headers: dict[str, str] = {}
         if key is not None:
@@ -209,16 +211,18 @@ class OpenAIHttpClient:
                         "variable")
                 if status not in RETRY_STATUS and status < 500:
                     self._count("failed")
+                    self.last_error = f"HTTP {status}{quoted}"
                     log.warning("%s: HTTP %d%s, not retried; that output is marked failed",
                                 self.where, status, quoted)
                     return None
-                reason = f"HTTP {status}"
+                reason = f"HTTP {status}{quoted}"
                 retry_after = _retry_after(response)
             if attempt == self.http.max_retries:
                 break
             self._count("retries")
             time.sleep(self._backoff(attempt, retry_after))
         self._count("failed")
+        self.last_error = reason
         log.warning("%s: request failed (%s) after %d attempt(s); that output is marked failed",
                     self.where, reason, self.http.max_retries + 1)
         return None
@@ -237,6 +241,7 @@ class OpenAIHttpClient:
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             self._count("malformed")
             self._count("failed")
+            self.last_error = f"malformed response body (HTTP {response.status_code})"
             log.warning("%s: malformed response body (HTTP %d, %d bytes); that output is "
                         "marked failed", self.where, response.status_code, len(response.content))
             return None

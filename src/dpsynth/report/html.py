@@ -178,6 +178,10 @@ def _privacy_spend(a: RunArtifacts) -> str:
     rows = [("budget ε", _num(p.budget_epsilon)), ("budget δ", _num(p.budget_delta)),
             ("spent ε (composed, PLD)", _num(p.spent_epsilon))]
     parts = [_table(["", "value"], rows), f'<p class="meta">{html.escape(p.source)}</p>']
+    if p.stopped is not None:
+        parts.insert(0, f'<p class="missing">Incomplete run ({html.escape(p.stopped)}): the '
+                     "spend below is every release it made before it stopped; running the "
+                     "same config again resumes it.</p>")
     if p.stages:
         parts.append(_table(
             ["stage", "releases", "mechanisms", "ε alone"],

@@ -44,6 +44,9 @@ class PrivacySpend:
     spent_epsilon: float | None
     stages: tuple[StageSpend, ...]
     source: str
+    stopped: str | None = None
+    """How an incomplete run stopped ("interrupted", "failed (BackendError)"); None when the
+    run finished."""
 
 
 @dataclass
@@ -93,7 +96,9 @@ def read_privacy(data: dict[str, Any]) -> PrivacySpend:
         StageSpend(name, info.get("epsilon_alone"), info.get("releases"),
                    tuple(info.get("mechanisms", ())))
         for name, info in breakdown.items())
-    return PrivacySpend(budget.get("epsilon"), budget.get("delta"), spent, stages, source)
+    stopped = None if data.get("complete", True) else str(data.get("stopped", "stopped early"))
+    return PrivacySpend(budget.get("epsilon"), budget.get("delta"), spent, stages, source,
+                        stopped)
 
 
 def _ledger_class():

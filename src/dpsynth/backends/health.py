@@ -1,0 +1,125 @@
+"""Can the backends answer? The one place that decides, so a dead server stops a run before it
+spends anything, in one line that names the backend and the error.
+
+- `check_backends`: before any private release, each remote backend (an OpenAI-compatible
+  generator or embedder) gets one tiny public request with a short timeout and one retry. A
+  backend that cannot answer (nothing listening, a timeout, 5xx, a refused key, URL or model)
+  raises `BackendError`. Local backends are not probed: loading them is their check.
+- `check_outputs`: a call to a remote generator whose every output failed raises
+  `BackendError`, naming the last HTTP error, before the recipe can release anything computed
+  from an empty population. Outputs that fail here and there are dropped as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dpsynth.backends.base import FAILED, BackendError, Embedder, Generator
+
+log = logging.getLogger(__name__)
+
+PROBE_TEXT = "Reply with the word OK."
+"""What the probe sends: public, and the same for every run."""
+PROBE_TIMEOUT_S = 10.0
+PROBE_TOKENS = 8
+
+
+def check_backends(generator: Generator | None = None, embedder: Embedder | None = None) -> None:
+    """Raise `BackendError` unless every remote backend given answers one tiny request."""
+    if generator is not None:
+        _probe(_unwrap(generator), "generator")
+    if embedder is not None:
+        _probe(_unwrap(embedder), "embedder")
+
+
+def check_outputs(generator: Generator, op: str, results: list[str]) -> None:
+    """Raise `BackendError` when a remote generator failed every output of one call."""
+    inner = _unwrap(generator)
+    if not results or not inner.is_remote or any(r != FAILED for r in results):
+        return
+    error = last_error(inner) or "the server answered with empty texts"
+    raise BackendError(
+        f"{describe(inner)}: all {len(results)} outputs of a {op} call failed (last error: "
+        f"{error}); nothing was released from them. Check the server, then run again to "
+        "resume")
+
+
+def describe(backend: Any) -> str:
+    """`backends.generator (openai, http://…/v1, model m)`; never a prompt or a key."""
+    backend = _unwrap(backend)
+    kind = "embedder" if isinstance(backend, Embedder) else "generator"
+    cfg, client = getattr(backend, "cfg", None), getattr(backend, "client", None)
+    if client is None or cfg is None:
+        return f"backends.{kind} ({type(backend).__name__})"
+    return f"backends.{kind} (openai, {client.base_url}, model {cfg.model})"
+
+
+def last_error(backend: Any) -> str | None:
+    client = getattr(_unwrap(backend), "client", None)
+    return getattr(client, "last_error", None)
+
+
+def _unwrap(backend: Any) -> Any:
+    """The backend under the run's counting and caching wrappers."""
+    from dpsynth.backends.cache import CachedEmbedder, CachedGenerator
+    from dpsynth.backends.counting import CountingGenerator
+
+    while isinstance(backend, CountingGenerator | CachedGenerator | CachedEmbedder):
+        backend = backend.inner
+    return backend
+
+
+def _probe(backend: Any, kind: str) -> None:
+    from dpsynth.backends.openai_chat import OpenAIChatGenerator
+    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
+
+    if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
+        return
+    if getattr(backend.cfg, "dry_run", False):
+        return  # a dry run sends nothing
+    log.info("checking %s with one tiny request", describe(backend))
+    update: dict[str, Any] = {"concurrency": 1, "http": _probe_http(backend.cfg.http)}
+    if isinstance(backend, OpenAIChatGenerator):
+        update["max_tokens"] = min(backend.cfg.max_tokens, PROBE_TOKENS)
+        probe: Any = OpenAIChatGenerator(backend.cfg.model_copy(update=update),
+                                         backend.prompts)
+    else:
+        probe = OpenAIEmbedder(backend.cfg.model_copy(update=update))
+    try:
+        _send(probe)
+    except BackendError as exc:  # 401/403/404: the client's own message says which
+        raise BackendError(f"{describe(backend)} cannot answer: {exc}") from None
+    finally:
+        probe.client.close()
+    usage = probe.client.usage
+    if usage.failed > usage.malformed:  # an odd 2xx body still means a server that answers
+        raise BackendError(
+            f"{describe(backend)} cannot answer: {probe.client.last_error} (a tiny "
+            f"request, {usage.attempts} attempt(s), {_seconds(probe)} s timeout each); "
+            f"nothing was released. Check that the server is up at {probe.client.base_url}")
+
+
+def _send(probe: Any) -> None:
+    from dpsynth.backends.openai_chat import OpenAIChatGenerator
+    from dpsynth.backends.prompt_sets import ChatPrompt
+
+    if isinstance(probe, OpenAIChatGenerator):
+        probe.complete([ChatPrompt(user=PROBE_TEXT, length=1)])
+    else:
+        try:
+            probe.encode([PROBE_TEXT])
+        except BackendError:
+            if not probe.client.usage.failed:  # refused outright: the client's message
+                raise
+
+
+def _probe_http(http: Any) -> Any:
+    return http.model_copy(update={
+        "timeout_s": min(http.timeout_s, PROBE_TIMEOUT_S), "max_retries": 1,
+        "backoff_s": 0.5, "max_backoff_s": 1.0,
+        "requests_per_minute": None, "tokens_per_minute": None})
+
+
+def _seconds(probe: Any) -> str:
+    return f"{probe.client.http.timeout_s:g}"
