@@ -85,3 +85,22 @@ def test_epsilon_out_of_range_is_a_clear_error(tmp_path, capsys, epsilon):
     assert run_cli("plan", str(config)) == 2
     line = one_line_error(capsys)
     assert f"{config}: budget.epsilon:" in line and "outside (0, 100]" in line
+
+
+@pytest.mark.parametrize("seed", ["5000000000", "-1"])
+def test_a_command_line_seed_outside_31_bits_is_refused(tmp_path, capsys, seed):
+    """The config's seed is checked by its model; --seed bypassed it, and scikit-learn
+    refuses a seed of 2^32 or more half way through a kd_tutor run."""
+    assert run_cli("plan", str(write_config(tmp_path)), "--seed", seed) == 2
+    assert "--seed" in capsys.readouterr().err
+
+
+def test_a_negative_generator_seed_is_a_config_error():
+    """numpy refuses a negative seed (the pool generator's) half way through a run."""
+    from dpsynth.config import parse_config
+    from dpsynth.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"backends\.generator\.seed"):
+        parse_config({"data": {"path": "d.csv"}, "budget": {"epsilon": 1.0},
+                      "recipe": {"name": "pe"},
+                      "backends": {"generator": {"name": "pool", "seed": -1}}})

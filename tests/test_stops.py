@@ -258,3 +258,21 @@ def test_a_real_sigint_mid_run_exits_130_in_one_line(tmp_path):
     spend = privacy(tmp_path / "out")
     assert spend["stopped"] == "interrupted"
     assert spend["charges"] == journal_charges(tmp_path / "out")
+
+
+class EmptyGenerator(RecordingGenerator):
+    """A local generator that produces nothing usable (not remote: no health check)."""
+
+    def generate(self, conditions):
+        super().generate(conditions)
+        return [""] * len(conditions)
+
+
+def test_a_local_generator_with_no_usable_output_spends_nothing(tmp_path, tickets):
+    from dpsynth.errors import DpsynthError
+
+    with pytest.raises(DpsynthError, match="no candidates to vote on"):
+        run(make_config(tmp_path, tickets, "pe", **PE), embedder=HashEmbedder(),
+            generator=EmptyGenerator())
+    assert journal_charges(tmp_path / "out") == []
+    assert privacy(tmp_path / "out")["spent"]["epsilon"] == 0

@@ -66,6 +66,9 @@ def _load(config: Path | None, seed: int | None, output: Path | None) -> RunConf
     cfg = load_config(config)
     updates: dict[str, object] = {}
     if seed is not None:
+        if not 0 <= seed < 2**31:  # model_copy below does not validate: check it here
+            raise typer.BadParameter(f"{seed} is outside [0, 2^31), the range every "
+                                     "library's seed takes", param_hint="--seed")
         updates["seed"] = seed
     if output is not None:
         updates["output"] = cfg.output.model_copy(update={"dir": output})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpsynth.errors import InputError
+from dpsynth.errors import DpsynthError, InputError
 from dpsynth.ops.nearest import Voters, grouped_nearest
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram, Votes
@@ -28,6 +28,9 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
     if records_per_unit != 1:
         raise InputError("nearest-neighbour voting counts one vote per privacy unit: set "
                          "data.max_records_per_user: 1 for this recipe")
+    if len(candidate_embeddings) == 0:  # a public fact: how many candidates the generator gave
+        raise DpsynthError("no candidates to vote on: the generator produced no usable text "
+                           "for this step, so nothing was released; check the generator")
     targets = grouped_nearest(voters.embeddings, voters.labels, candidate_embeddings,
                               candidate_labels)
     return ledger.release(stage, mechanism, Votes(targets[targets >= 0],
