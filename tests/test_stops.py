@@ -276,3 +276,27 @@ def test_a_local_generator_with_no_usable_output_spends_nothing(tmp_path, ticket
             generator=EmptyGenerator())
     assert journal_charges(tmp_path / "out") == []
     assert privacy(tmp_path / "out")["spent"]["epsilon"] == 0
+
+
+def test_a_refused_model_is_named_at_the_health_check(tmp_path, tickets):
+    with LoopbackServer(faults=["404"]) as server:
+        with pytest.raises(BackendError, match=r"cannot answer: http://127\.0\.0\.1:\d+/v1/"
+                                               r"chat/completions answered HTTP 404"):
+            run(make_config(tmp_path, tickets, "pe", **PE), embedder=HashEmbedder(),
+                generator=openai(server.url))
+        assert len(server.records) == 1  # no retry fixes a wrong URL or model
+    assert journal_charges(tmp_path / "out") == []
+
+
+def test_a_dead_remote_embedder_is_caught_before_any_release(tmp_path, tickets):
+    from dpsynth.backends.config import EmbedderConfig
+    from dpsynth.backends.factory import build_embedder
+
+    embedder = build_embedder(EmbedderConfig(
+        name="openai", model="e", base_url=f"http://127.0.0.1:{free_port()}/v1",
+        http={"max_retries": 1, "backoff_s": 0.01}))
+    with pytest.raises(BackendError, match=r"backends\.embedder \(openai, .*cannot answer: "
+                                           r"connection error"):
+        run(make_config(tmp_path, tickets, "pe", **PE), embedder=embedder,
+            generator=RecordingGenerator())
+    assert journal_charges(tmp_path / "out") == []

@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 
 PROBE_TEXT = "Reply with the word OK."
 """What the probe sends: public, and the same for every run."""
-PROBE_TIMEOUT_S = 10.0
+PROBE_CONNECT_TIMEOUT_S = 5.0
+"""Connecting must be quick; the answer may take `http.timeout_s` (a server such as Ollama
+loads its model on the first request)."""
 PROBE_TOKENS = 8
 
 
@@ -86,17 +88,19 @@ def _probe(backend: Any, kind: str) -> None:
                                          backend.prompts)
     else:
         probe = OpenAIEmbedder(backend.cfg.model_copy(update=update))
+    probe.client.connect_timeout_s = PROBE_CONNECT_TIMEOUT_S
     try:
         _send(probe)
     except BackendError as exc:  # 401/403/404: the client's own message says which
-        raise BackendError(f"{describe(backend)} cannot answer: {exc}") from None
+        said = str(exc).removeprefix(f"{probe.client.where}: ")
+        raise BackendError(f"{describe(backend)} cannot answer: {said}") from None
     finally:
         probe.client.close()
     usage = probe.client.usage
     if usage.failed > usage.malformed:  # an odd 2xx body still means a server that answers
         raise BackendError(
             f"{describe(backend)} cannot answer: {probe.client.last_error} (a tiny "
-            f"request, {usage.attempts} attempt(s), {_seconds(probe)} s timeout each); "
+            f"request, {usage.attempts} attempt(s)); "
             f"nothing was released. Check that the server is up at {probe.client.base_url}")
 
 
@@ -116,10 +120,7 @@ def _send(probe: Any) -> None:
 
 def _probe_http(http: Any) -> Any:
     return http.model_copy(update={
-        "timeout_s": min(http.timeout_s, PROBE_TIMEOUT_S), "max_retries": 1,
+        "max_retries": 1,
         "backoff_s": 0.5, "max_backoff_s": 1.0,
         "requests_per_minute": None, "tokens_per_minute": None})
 
-
-def _seconds(probe: Any) -> str:
-    return f"{probe.client.http.timeout_s:g}"

@@ -125,6 +125,8 @@ class OpenAIHttpClient:
         self.where = where
         self.quote_errors = quote_errors  # only where requests carry no private text
         self.usage = Usage()
+        self.connect_timeout_s: float | None = None
+        """A shorter limit on connecting (the health check's); None: `http.timeout_s`."""
         self.last_error: str | None = None
         """Why the latest failed request failed ("HTTP 503", "timeout", ...); never a prompt."""
         key = read_api_key(api_key_env, where)
@@ -156,7 +158,7 @@ class OpenAIHttpClient:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="dpsynth-http")
             self._client = httpx.Client(
                 base_url=self.base_url + "/", headers=self._headers, params=self._params,
-                timeout=self.http.timeout_s,
+                timeout=httpx.Timeout(self.http.timeout_s, connect=self.connect_timeout_s),
                 limits=httpx.Limits(max_connections=self.concurrency,
                                     max_keepalive_connections=self.concurrency))
         abort = threading.Event()
