@@ -128,7 +128,7 @@ def test_generations_that_all_fail_stop_the_run_before_a_release(tmp_path, ticke
         prompts = "\n".join(server.user_prompts())
     message = str(info.value)
     assert "backends.generator (openai" in message
-    assert "all 12 outputs of a generate call failed (last error: HTTP 500)" in message
+    assert "all 12 outputs of a generate call failed (last error: HTTP 500" in message
     assert "\n" not in message
     assert journal_charges(tmp_path / "out") == []
     assert privacy(tmp_path / "out")["stopped"] == "failed (BackendError)"
