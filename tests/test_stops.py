@@ -300,3 +300,15 @@ def test_a_dead_remote_embedder_is_caught_before_any_release(tmp_path, tickets):
         run(make_config(tmp_path, tickets, "pe", **PE), embedder=embedder,
             generator=RecordingGenerator())
     assert journal_charges(tmp_path / "out") == []
+
+
+def test_a_pools_dead_remote_editor_is_caught_before_any_release(tmp_path, tickets):
+    from dpsynth.backends.pool_edit import EditedPool
+
+    port = free_port()
+    generator = EditedPool(RecordingGenerator(), openai(f"http://127.0.0.1:{port}/v1"), 0.3)
+    with pytest.raises(BackendError, match=rf"backends\.generator \(openai, http://127\.0\.0\.1:"
+                                           rf"{port}/v1, model loopback\) cannot answer"):
+        run(make_config(tmp_path, tickets, "pe", **PE), embedder=HashEmbedder(),
+            generator=generator)
+    assert journal_charges(tmp_path / "out") == []

@@ -69,6 +69,9 @@ def _unwrap(backend: Any) -> Any:
 
     while isinstance(backend, CountingGenerator | CachedGenerator | CachedEmbedder):
         backend = backend.inner
+    editor = getattr(backend, "editor", None)  # a pool that edits what it retrieves
+    if isinstance(editor, Generator) and editor.is_remote:
+        return _unwrap(editor)
     return backend
 
 
