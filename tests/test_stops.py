@@ -237,7 +237,7 @@ def test_the_api_returns_a_finished_runs_outputs(tmp_path, tickets):
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_real_sigint_mid_run_exits_130_in_one_line(tmp_path):
-    with LoopbackServer(latency_s=0.05) as server:
+    with LoopbackServer(latency_s=0.2) as server:  # seconds of work left after a vote
         config = write_run_config(tmp_path, {"name": "openai", "model": "m",
                                              "base_url": server.url, "concurrency": 1})
         process = subprocess.Popen([sys.executable, "-m", "dpsynth", "run", str(config),
