@@ -144,7 +144,7 @@ def test_bad_data_is_a_located_error_without_private_text(frame, tmp_path):
     assert str(info.value).startswith("<DataFrame>, row 6, field 'text': text is missing")
     unknown = frame.copy()
     unknown.loc[[3, 4], "label"] = "refunds"
-    with pytest.raises(InputError, match="not in the declared label set") as info:
+    with pytest.raises(InputError, match="is not in data.labels") as info:
         synth(unknown, output_dir=tmp_path / "b")
     for text in frame["text"]:
         assert text not in str(info.value)

@@ -74,7 +74,7 @@ class GeneratorConfig(BaseModel):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(512, gt=0, description="cap on generated tokens per output")
-    seed: int | None = Field(None, ge=0, lt=2**63,
+    seed: int | None = Field(None, ge=0,
                              description="sampling seed sent to / used by the backend")
     prompts: str = Field(
         "generic", description="a built-in prompt set (generic, openreview, pubmed, "
