@@ -132,6 +132,7 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
         outputs = run_recipe(cfg, run_plan=run_plan)
     except KeyboardInterrupt:
         again = " ".join(["dpsynth run", *([str(config)] if config else []),
+                          *(["--seed", str(seed)] if seed is not None else []),
                           *(["--output", str(output)] if output else [])])
         raise Interrupted(f"the run stopped {stopped_summary(cfg.output.dir)}; `{again}` "
                           f"resumes it from {cfg.output.dir}") from None
