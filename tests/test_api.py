@@ -144,8 +144,9 @@ def test_bad_data_is_a_located_error_without_private_text(frame, tmp_path):
     assert str(info.value).startswith("<DataFrame>, row 6, field 'text': text is missing")
     unknown = frame.copy()
     unknown.loc[[3, 4], "label"] = "refunds"
-    with pytest.raises(InputError, match="is not in data.labels") as info:
+    with pytest.raises(InputError, match="is not one of data.labels") as info:
         synth(unknown, output_dir=tmp_path / "b")
+    assert "refunds" not in str(info.value)
     for text in frame["text"]:
         assert text not in str(info.value)
     with pytest.raises(DataError, match="missing column 'label'"):
@@ -199,3 +200,53 @@ def test_progress_bars_draw_in_a_notebook(monkeypatch):
     monkeypatch.setattr(progress._console, "is_jupyter", True)
     assert list(progress.track(range(3), "work")) == [0, 1, 2]
     assert drawn == [("work", 3), "step", "step", "step"]
+
+
+def test_a_pool_holding_the_frames_texts_is_refused_before_anything_is_written(frame,
+                                                                               tmp_path):
+    frame.to_csv(tmp_path / "private.csv", index=False)
+    same_file = {"name": "pool", "path": str(tmp_path / "private.csv")}
+    with pytest.raises(ConfigError, match="holds the private texts") as info:
+        synth(frame, generator=same_file, output_dir=tmp_path / "out")
+    assert CANARY not in str(info.value)
+    assert not list(tmp_path.glob("*.npy")) and not (tmp_path / "out" / "checkpoints").exists()
+    public = tmp_path / "public.txt"  # a few shared texts do not make a pool private
+    public.write_text("\n".join([*frame["text"][:5], *(f"public text {i}" for i in range(50))]))
+    from dpsynth.config import parse_config
+    from dpsynth.preflight import make_plan
+
+    raw = {"data": {"path": "<DataFrame>", "label_column": "label", "labels": LABELS},
+           "budget": {"epsilon": 1}, "recipe": {"name": "pe"},
+           "backends": {"generator": {"name": "pool", "path": str(public)}}}
+    assert make_plan(parse_config(raw), frame).data.n_units == len(frame)
+
+
+def test_a_copy_of_the_private_file_as_pool_is_refused_by_the_cli(frame, tmp_path, capsys):
+    frame.to_csv(tmp_path / "private.csv", index=False)
+    (tmp_path / "copy.txt").write_text("\n".join(frame["text"]) + "\n")
+    config = {"data": {"path": "private.csv", "label_column": "label", "labels": LABELS},
+              "budget": {"epsilon": 1}, "recipe": {"name": "pe"},
+              "backends": {"generator": {"name": "pool", "path": "copy.txt"}},
+              "output": {"dir": str(tmp_path / "out")}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as info:
+        main(["plan", str(tmp_path / "run.yaml")])
+    assert info.value.code == 2 and "holds the private texts" in capsys.readouterr().err
+
+
+def test_a_stopped_temporary_run_says_where_its_releases_are(frame, tmp_path, monkeypatch):
+    from tests.methods.test_recipes import CrashingGenerator
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    params = {"iterations": 3, "n_samples": 12}
+    with pytest.warns(UserWarning, match="output_dir=") as warned, pytest.raises(Exception) as info:
+        synth(frame, generator=CrashingGenerator(3), params=params)
+    note = " ".join(getattr(info.value, "__notes__", []))
+    [folder] = [p for p in tmp_path.iterdir() if p.name.startswith("dpsynth-run-")]
+    assert str(folder) in note and str(folder) in str(warned[0].message)
+    spent = json.loads((folder / "privacy.json").read_text())
+    assert spent["complete"] is False and spent["spent"]["epsilon"] > 0
+    resumed = synth(frame, params=params, output_dir=folder)  # resumes: nothing spent twice
+    assert resumed.privacy["epsilon"] <= 2.0 and not resumed.already_complete
+    again = synth(frame, params=params, output_dir=folder)
+    assert again.already_complete and again.data.equals(resumed.data)

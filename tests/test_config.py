@@ -87,3 +87,16 @@ def test_the_private_file_is_never_a_pool(tmp_path):
     raw["backends"]["generator"]["path"] = str(tmp_path)  # a folder holding it
     with pytest.raises(ConfigError, match="is or holds the private data"):
         parse_config(raw, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("public", [
+    {"generator": {"name": "pool", "path": "held.csv"}},
+    {"embedder": {"name": "tfidf", "fit_texts": "private.csv"}},
+    {"generator": {"name": "pool", "path": "pool.txt",
+                   "embedder": {"name": "tfidf", "fit_texts": "held.csv"}}},
+])
+def test_files_read_as_public_are_neither_the_private_data_nor_the_held_out(tmp_path, public):
+    raw = {"data": {"path": "private.csv", "label_column": "label"}, "budget": {"epsilon": 1},
+           "recipe": {"name": "pe"}, "held_out": {"path": "held.csv"}, "backends": public}
+    with pytest.raises(ConfigError, match="is or holds the private data"):
+        parse_config(raw, "run.yaml", base_dir=tmp_path)

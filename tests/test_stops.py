@@ -236,7 +236,8 @@ def test_the_api_returns_a_finished_runs_outputs(tmp_path, tickets):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_a_real_sigint_mid_run_exits_130_in_one_line(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; timeout, Slurm
+def test_a_real_signal_mid_run_exits_130_in_one_line(tmp_path, signum):
     with LoopbackServer(latency_s=0.2) as server:  # seconds of work left after a vote
         config = write_run_config(tmp_path, {"name": "openai", "model": "m",
                                              "base_url": server.url, "concurrency": 1})
@@ -251,7 +252,7 @@ def test_a_real_sigint_mid_run_exits_130_in_one_line(tmp_path):
                 break
             time.sleep(0.05)
         assert process.poll() is None, "the run ended before it could be interrupted"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     one_line(err, "interrupted: the run stopped ")

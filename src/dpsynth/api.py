@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,9 @@ class SynthesisResult:
     temporary: bool
     """True when `output_dir` is a fresh temporary folder (no `output_dir` was given); it is
     not deleted, so the report and files stay readable: delete it when done."""
+    already_complete: bool = False
+    """True when `output_dir` held this run, finished: its outputs were returned and nothing
+    was run or released again (give a new output_dir for a new run)."""
     files: dict[str, Path] = field(default_factory=dict)
     """`synthetic`, `privacy` (privacy.json), `metrics` (metrics.jsonl), `log` (run.log)."""
     ledger: PrivacyLedger | None = field(default=None, repr=False)
@@ -142,12 +146,17 @@ def synthesize(
         config = config.model_copy(update={"output": config.output.model_copy(
             update={"dir": Path(tempfile.mkdtemp(prefix="dpsynth-run-"))})})
     out = config.output.dir
-    with run_logging(log_level and log_level.lower(), out / "run.log"):
-        if temporary:
-            log.info("output folder: %s (temporary; delete it when done)", out)
-        run_plan = make_plan(config, frame)
-        outputs = run(config, embedder=emb_obj, generator=gen_obj, run_plan=run_plan)
-        report_path = _write_report(out) if report else None
+    try:
+        with run_logging(log_level and log_level.lower(), out / "run.log"):
+            if temporary:
+                log.info("output folder: %s (temporary; delete it when done)", out)
+            run_plan = make_plan(config, frame)
+            outputs = run(config, embedder=emb_obj, generator=gen_obj, run_plan=run_plan)
+            report_path = _write_report(out) if report else None
+    except BaseException as exc:
+        if temporary:  # its releases are journaled there: a fresh call would spend again
+            _point_to_the_stopped_run(exc, out)
+        raise
     synthetic = outputs.result
     table = pd.DataFrame({"text": synthetic.texts}
                          | ({"label": synthetic.labels} if synthetic.labels is not None else {}))
@@ -157,10 +166,21 @@ def synthesize(
         table = datasets.Dataset.from_pandas(table, preserve_index=False)
     return SynthesisResult(
         data=table, privacy=_summary(outputs.ledger, config), report=report_path,
-        output_dir=out, temporary=temporary,
+        output_dir=out, temporary=temporary, already_complete=outputs.already_complete,
         files={"synthetic": outputs.synthetic, "privacy": outputs.privacy,
                "metrics": outputs.metrics, "log": out / "run.log"},
         ledger=outputs.ledger)
+
+
+def _point_to_the_stopped_run(exc: BaseException, out: Path) -> None:
+    """Say where a stopped temporary run's releases are, on the exception and as a warning
+    (shown even with log_level=None): retrying with output_dir= resumes it, spending nothing
+    twice, where a fresh call would spend its budget again."""
+    note = (f"dpsynth: the run's releases so far are journaled in {out}; pass "
+            f"output_dir='{out}' to resume it without spending them again (a call without "
+            "output_dir starts a new run, with a new budget)")
+    exc.add_note(note)
+    warnings.warn(note, stacklevel=3)
 
 
 def _read_input(data: Any) -> tuple[pd.DataFrame | None, str, Path | None]:

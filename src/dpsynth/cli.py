@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -129,7 +132,8 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     run_plan = make_plan(cfg)
     print_plan(run_plan, out)
     try:
-        outputs = run_recipe(cfg, run_plan=run_plan)
+        with _terminate_as_interrupt():
+            outputs = run_recipe(cfg, run_plan=run_plan)
     except KeyboardInterrupt:
         again = " ".join(["dpsynth run", *([str(config)] if config else []),
                           *(["--seed", str(seed)] if seed is not None else []),
@@ -214,6 +218,20 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder."
 def version() -> None:
     """Print the dpsynth version."""
     out.print(__version__)
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what `timeout`, Slurm and Kubernetes send) stops a run as Ctrl-C does, so it
+    too leaves privacy.json with everything spent; Python's default would exit silently."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -81,14 +81,26 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _pool_is_not_the_private_data(self) -> RunConfig:
-        """Pool texts can appear verbatim in the output: the private file is never a pool."""
-        generator = self.backends.generator
-        in_memory = str(self.data.path) == "<DataFrame>"  # dpsynth.synthesize on a frame
-        if generator.name == "pool" and generator.path is not None and not in_memory:
-            from dpsynth.backends.pool_texts import refuse_private_pool
+    def _public_files_are_not_private(self) -> RunConfig:
+        """Files read as public text are never the private data nor the held-out records: a
+        pool's texts can appear verbatim in the output, a tfidf vocabulary is public. (An
+        in-memory frame has no path: the run compares its texts with a pool's instead.)"""
+        from dpsynth.backends.pool_texts import refuse_private_pool
 
-            refuse_private_pool(self._resolved(generator.path), self._resolved(self.data.path))
+        private = [("held_out.path", self.held_out.path)] if self.held_out is not None else []
+        if str(self.data.path) != "<DataFrame>":  # dpsynth.synthesize on a frame
+            private.append(("data.path", self.data.path))
+        generator = self.backends.generator
+        public = [("backends.generator.path", generator.path)] if (
+            generator.name == "pool" and generator.path is not None) else []
+        public += [(f"{name}.fit_texts", embedder.fit_texts) for name, embedder in
+                   (("backends.embedder", self.backends.embedder),
+                    ("backends.generator.embedder", generator.embedder))
+                   if embedder.fit_texts is not None]
+        for field, path in public:
+            for private_field, private_path in private:
+                refuse_private_pool(self._resolved(path), self._resolved(private_path), field,
+                                    private_field)
         return self
 
     @model_validator(mode="after")

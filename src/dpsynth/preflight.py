@@ -12,6 +12,7 @@ from rich.table import Table
 
 from dpsynth.config import RunConfig
 from dpsynth.data import PrivateDataset, load_private
+from dpsynth.errors import ConfigError
 from dpsynth.methods.base import Recipe
 from dpsynth.methods.registry import build_recipe
 from dpsynth.privacy.config import resolve_delta
@@ -33,11 +34,27 @@ def make_plan(config: RunConfig, frame: pd.DataFrame | None = None) -> RunPlan:
     describes), resolve δ against its unit count, let the recipe refuse a config it cannot
     run on, and plan its budget: all before anything is released."""
     data = load_private(config.data, config.base_dir, frame)
+    _refuse_a_pool_of_private_texts(config, data)
     delta = resolve_delta(config.budget, data.n_units)
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)
     budget = recipe.budget_plan(data, config.budget.epsilon, delta)
     return RunPlan(config, data, recipe, delta, budget)
+
+
+def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:
+    """A pool's texts can appear verbatim in the output. The config already refuses a pool
+    path that is the private file; this catches a copy of it, and the pool of a run on an
+    in-memory frame (which has no path), before the pool is indexed or anything released."""
+    generator = config.backends.generator
+    if generator.name != "pool" or generator.path is None:
+        return  # the shipped pool is public text
+    from dpsynth.backends.pool_texts import read_pool_texts
+
+    pool = config._resolved(generator.path)
+    if data.mostly_within(read_pool_texts(pool, generator.text_column, None)):
+        raise ConfigError(f"backends.generator.path: {pool} holds the private texts (half or "
+                          "more of them verbatim); a pool must be public text")
 
 
 def print_plan(plan: RunPlan, console: Console) -> None:

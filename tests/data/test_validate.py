@@ -48,10 +48,13 @@ def test_missing_label():
         validate(frame(["a", "b", "c", "d"], ["x", "", "x", "y"]), spec(), "p.csv")
 
 
-def test_label_with_one_example_names_label_and_row():
+def test_label_with_one_example_names_the_row_and_only_a_declared_label():
     texts, labels = ["a", "b", "c", "d", "e"], ["x", "x", "lonely", "y", "y"]
-    with pytest.raises(DataError, match=r"row 3, field 'label': label 'lonely' has 1 example"):
+    with pytest.raises(DataError, match=r"row 3, field 'label': the label has 1 example") as info:
         validate(frame(texts, labels), spec(), "p.csv")
+    assert "lonely" not in str(info.value)  # read from the data: it could be private text
+    with pytest.raises(DataError, match=r"row 3, field 'label': label 'lonely' has 1 example"):
+        validate(frame(texts, labels), spec(labels=["x", "y", "lonely"]), "p.csv")
 
 
 def test_over_long_text_truncated_by_default():
@@ -92,5 +95,5 @@ def test_drop_without_users_is_a_config_error():
 def test_label_count_row_refers_to_the_file_after_dropping_duplicates():
     table = pd.DataFrame({"text": ["a", "a", "b", "c", "d", "e"],
                           "label": ["x", "x", "x", "y", "y", "z"], "user": list("uuvwxy")})
-    with pytest.raises(DataError, match=r"row 6, field 'label': label 'z'"):
+    with pytest.raises(DataError, match=r"row 6, field 'label': the label has 1 example"):
         validate(table, spec(duplicates="drop", user_column="user"), "p.csv")

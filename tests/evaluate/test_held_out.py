@@ -22,7 +22,7 @@ def config(tmp_path, **extra):
     (tmp_path / "public.txt").write_text("\n".join(WORDS.values()) + "\nsomething else\n")
     raw = {"data": {"path": "private.csv", "label_column": "label"},
            "budget": {"epsilon": 1}, "recipe": {"name": "pe"},
-           "backends": {"embedder": {"name": "tfidf", "fit_texts": str(tmp_path / "public.txt"),
+           "backends": {"embedder": {"name": "tfidf", "fit_texts": "public.txt",  # config-relative
                                      "dim": 4}},
            "output": {"dir": str(tmp_path / "out")}, **extra}
     return parse_config(raw, "run.yaml", base_dir=tmp_path)

@@ -41,13 +41,14 @@ def read_pool_texts(path: str | Path, column: str = "text",
     return texts
 
 
-def refuse_private_pool(pool: Path, private: Path) -> None:
-    """Raise when the pool is the private data, holds it, or lies inside it: every pool text
-    can appear verbatim in the output, so a private text there would be released as is."""
+def refuse_private_pool(pool: Path, private: Path, field: str = "backends.generator.path",
+                        private_field: str = "data.path") -> None:
+    """Raise when a file read as public (a pool, whose texts can appear verbatim in the
+    output; a vocabulary) is private data, holds it, or lies inside it."""
     pool, private = pool.resolve(), private.resolve()
     if pool.is_relative_to(private) or private.is_relative_to(pool):
-        raise ConfigError(f"backends.generator.path: {pool} is or holds the private data "
-                          f"(data.path: {private}); a pool must be public text")
+        raise ConfigError(f"{field}: {pool} is or holds the private data ({private_field}: "
+                          f"{private}); it must be public text")
 
 
 def _read_lines(path: Path) -> list[str]:

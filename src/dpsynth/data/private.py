@@ -7,7 +7,7 @@ by the accessor it calls, so every such place can be found by a search for `Acce
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Protocol
 
@@ -117,6 +117,13 @@ class PrivateDataset:
             raise TypeError("name the purpose with dpsynth.data.Access")
         log.debug("private texts read for %s", access.value)
         return list(self._texts)
+
+    def mostly_within(self, public_texts: Iterable[str]) -> bool:
+        """Whether half or more of the private texts appear verbatim among `public_texts`: a
+        check that a file named as public (a pool) is not a copy of the private data. One bit,
+        answered before any release; no text or count leaves."""
+        public = {t.strip() for t in public_texts}
+        return 2 * sum(t.strip() in public for t in self._texts) >= len(self._texts)
 
     def label_codes(self, access: Access) -> np.ndarray:
         """Each record's label index into `label_names` (private: ledgered ops only)."""

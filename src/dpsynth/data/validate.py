@@ -109,9 +109,10 @@ def _check_declared_labels(labels: list[str], spec: DataConfig, source: str) -> 
     undeclared = next(((row, label) for row, label in enumerate(labels, start=1)
                        if label not in declared), None)
     if undeclared is not None:
-        row, label = undeclared  # the first; how many there are depends on the data
+        row = undeclared[0]  # the first; how many there are depends on the data. The value
+        # is not quoted: a label column set to a text column would put a private text here
         raise DataError(
-            f"label '{label}' is not in data.labels {spec.labels}; add it to data.labels or "
+            f"the label is not one of data.labels {spec.labels}; add it to data.labels or "
             "fix the data",
             path=source, row=row, field=spec.label_column,
         )
@@ -124,8 +125,9 @@ def _check_label_counts(labels: list[str], rows: list[int], spec: DataConfig,
     if len(rare):
         label = str(rare.index[0])
         row = rows[labels.index(label)]
+        named = f"label '{label}'" if label in (spec.labels or ()) else "the label"  # public
         raise DataError(
-            f"label '{label}' has {int(rare.iloc[0])} example(s), fewer than "
+            f"{named} has {int(rare.iloc[0])} example(s), fewer than "
             f"data.min_examples_per_label={spec.min_examples_per_label}; merge or remove it",
             path=source, row=row, field=spec.label_column,
         )

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpsynth.backends.factory import build_embedder
 from dpsynth.config import RunConfig
 from dpsynth.evaluate.suite import EvalConfig, evaluate
 from dpsynth.evaluate.tables import read_text_table
@@ -39,7 +40,8 @@ def score_held_out(config: RunConfig, synthetic: Path) -> HeldOutScore:
                            require_labels=True)
     eval_config = EvalConfig(embedder=config.backends.embedder, mauve=False, next_token=None,
                              seed=config.seed or 0)
-    result = evaluate(read_text_table(synthetic), test, config=eval_config,
+    embedder = build_embedder(config.backends.embedder, base_dir=config.base_dir)
+    result = evaluate(read_text_table(synthetic), test, config=eval_config, embedder=embedder,
                       output=config.output.dir / "eval")
     counts = Counter(test.labels)
     return HeldOutScore(result.metrics["utility"]["classification"]["accuracy"],
