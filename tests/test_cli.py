@@ -102,3 +102,12 @@ def test_plan_prints_public_facts_only(tmp_path, capsys):
     assert "N = 7 (user-level, k = 1" in shown
     for word in ("rows", "truncated", "duplicate", "dropped", r"\b43\b", r"\b40\b"):
         assert not re.search(word, shown), word
+
+
+def test_plan_says_when_labels_are_codes(tmp_path, capsys):
+    rows = ["text,label"] + [f"ticket {i},{i % 2}" for i in range(12)]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    main(["plan", str(write_config(tmp_path, tmp_path / "d.csv", labels=["0", "1"]))])
+    assert "are codes" in capsys.readouterr().out
+    main(["plan"])  # the bundled example's labels are names
+    assert "are codes" not in capsys.readouterr().out

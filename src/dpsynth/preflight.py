@@ -57,6 +57,10 @@ def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> 
                           "more of them verbatim); a pool must be public text")
 
 
+def _is_code(label: str) -> bool:
+    return label.strip().lstrip("-").isdigit() or len(label.strip()) <= 1
+
+
 def print_plan(plan: RunPlan, console: Console) -> None:
     """Print the plan as tables: public facts (N, k, labels) and the budget, nothing else."""
     ds, cfg = plan.data, plan.config
@@ -74,6 +78,11 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     table.add_row("generator", cfg.backends.generator.name)
     table.add_row("output", f"{cfg.output.dir} ({cfg.output.format})")
     console.print(table)
+    if ds.label_names and all(_is_code(name) for name in ds.label_names):
+        console.print(f"[yellow]note:[/yellow] the labels ({', '.join(ds.label_names)}) are "
+                      "codes; a generator is asked for a text *of a label* by its name, and a "
+                      "code tells it nothing. Recode the label column to descriptive names "
+                      "(e.g. 'disaster report') and declare those in data.labels")
     console.print(plan_table(plan.budget, title=f"privacy plan: {cfg.recipe.name}"))
     calls = plan.recipe.expected_generations(ds)
     console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
