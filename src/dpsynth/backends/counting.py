@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +10,8 @@ import numpy as np
 
 from dpsynth.backends.base import FAILED, Condition, Generator
 from dpsynth.backends.health import check_outputs
+
+log = logging.getLogger(__name__)
 
 
 class CountingGenerator(Generator):
@@ -40,15 +43,26 @@ class CountingGenerator(Generator):
         return self.inner.score(prompts, continuations)
 
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
+        _announce("generate", conditions)
         return self._count("generate", self.inner.generate(conditions))
 
     def rewrite(self, texts: Sequence[str], conditions: Sequence[Condition],
                 strength: float = 0.5) -> list[str]:
+        _announce("rewrite", conditions)
         return self._count("rewrite", self.inner.rewrite(texts, conditions, strength))
 
     def fill(self, masked_texts: Sequence[str], conditions: Sequence[Condition]) -> list[str]:
+        _announce("fill", conditions)
         return self._count("fill", self.inner.fill(masked_texts, conditions))
 
     def crossover(self, parent_groups: Sequence[Sequence[str]],
                   conditions: Sequence[Condition]) -> list[str]:
+        _announce("crossover", conditions)
         return self._count("crossover", self.inner.crossover(parent_groups, conditions))
+
+
+def _announce(op: str, conditions: Sequence[Condition]) -> None:
+    """One log line before each call, so a long one is not silence (outside a terminal
+    there are no progress bars); the count is the recipe's, a public number."""
+    if conditions:
+        log.info("generator: %s, %d output(s)", op, len(conditions))

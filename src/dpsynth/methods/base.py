@@ -7,6 +7,7 @@ only through the backends, and keeps everything it checkpoints public.
 from __future__ import annotations
 
 import functools
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
 from dpsynth.progress import track
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,6 +82,7 @@ class RunContext:
 
     def embed_private(self, private: PrivateDataset | None = None) -> np.ndarray:
         """Embed private texts (never cached; a remote embedder only with the opt-in)."""
+        log.info("embedding the private records (once per run)")
         return (private or self.private).embed(self.embedder,
                                                 allow_remote=self.allow_remote_embedding)
 
