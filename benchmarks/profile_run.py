@@ -5,7 +5,7 @@
     python benchmarks/profile_run.py eda [--n 200] [--private 1000] [--out DIR]
 
 `main` runs the bundled example as `dpsynth run` does. The others run the recipe at a modest
-size (`--n` synthetic records, a few iterations; see SIZES) on a sample of `--private`
+size (`--n` synthetic records, a few iterations; see `sizes`) on a sample of `--private`
 records of ../shared/data/ag_news/train.csv, offline generator and MiniLM embedder. The
 summary (wall and CPU time, load average, the top functions by cumulative and by own time)
 goes to benchmarks/results/profile-NAME[-TAG].txt; the raw profile to OUT/NAME.prof. Numbers are
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "ag_news" / "train.csv"
 
 
-def SIZES(n: int) -> dict[str, dict]:  # noqa: N802 (a table, read as one)
+def sizes(n: int) -> dict[str, dict]:
     """Recipe params at `n` synthetic records, the seeds' shapes scaled down."""
     return {
         "dpga": {"iterations": 3, "n_init": 2 * n, "n_elite": n, "n_rewrite": n // 2,
@@ -54,7 +54,7 @@ def write_config(name: str, n: int, private: int, folder: Path) -> Path:
         "data": {"path": str(folder / "private.csv"), "text_column": "text",
                  "label_column": "label", "labels": sorted(data["label"].unique().tolist())},
         "budget": {"epsilon": 4.0},
-        "recipe": {"name": name, "params": SIZES(n)[name]},
+        "recipe": {"name": name, "params": sizes(n)[name]},
         "backends": {"embedder": {"name": "minilm"}, "generator": {"name": "offline"}},
         "output": {"dir": str(folder / "run")},
         "seed": 0,
@@ -96,7 +96,7 @@ def main() -> None:
         argv = ["run", str(write_config(args.name, args.n, args.private, folder)),
                 "--log-level", "warning"]
         what = (f"{args.name}, {args.n} synthetic records from {args.private} ag_news records, "
-                f"params {SIZES(args.n)[args.name]}")
+                f"params {sizes(args.n)[args.name]}")
     load0 = os.getloadavg()
     wall, cpu = time.perf_counter(), time.process_time()
     prof = folder / f"{args.name}.prof"
