@@ -20,15 +20,18 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
                      candidate_labels: np.ndarray | None,
                      mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
                      noise: NoiseSource, records_per_unit: int = 1,
-                     stage: str = "voting") -> np.ndarray:
+                     stage: str = "voting", search: str = "exact") -> np.ndarray:
     """Noisy vote count per candidate (floats; may be negative).
 
     The mechanism samples and counts one vote per unit, so units must hold one record.
+    `search` picks the nearest-neighbour search (`dpsynth.ops.nearest.SEARCHES`); an
+    approximate one still gives each unit one vote for one candidate, so the charge is the
+    same.
     """
     if records_per_unit != 1:
         raise InputError("nearest-neighbour voting counts one vote per privacy unit: set "
                          "data.max_records_per_user: 1 for this recipe")
     targets = grouped_nearest(voters.embeddings, voters.labels, candidate_embeddings,
-                              candidate_labels)
+                              candidate_labels, search)
     return ledger.release(stage, mechanism, Votes(targets[targets >= 0],
                                                   len(candidate_embeddings)), noise)
