@@ -81,6 +81,9 @@ class GeneratorConfig(BaseModel):
         "classification) or a path to your own YAML prompt file"
     )
     batch_size: int = Field(8, gt=0, description="hf: prompts per forward batch")
+    int8: bool = Field(False, description="offline: sample on int8 dynamic-quantised "
+                       "weights (about 2x faster; held-out perplexity +0.3%; "
+                       "docs/offline_generator.md)")
     device: str | None = Field(None, description="hf: torch device (default cpu)")
     http: HttpConfig = HttpConfig()
     price: Price | None = Field(None, description="overrides the built-in price table")

@@ -98,7 +98,7 @@ def _offline(cfg: GeneratorConfig) -> Generator:
     from dpsynth.backends.offline.generator import OfflineGenerator
 
     return OfflineGenerator(cfg.model, temperature=cfg.temperature, top_p=cfg.top_p,
-                            seed=cfg.seed)
+                            seed=cfg.seed, engine="int8" if cfg.int8 else "fast")
 
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / "assets" / "pool" / "public_pool.txt"

@@ -1,8 +1,20 @@
 """Nearest-neighbour vote counts: each private point votes for its most similar candidate.
 
-This computes the exact, un-noised counts; the ops that release them add noise through the
-ledger. With unit-normalised embeddings the inner product is the cosine similarity, and an
-exact blocked search keeps memory bounded and results deterministic.
+This computes the un-noised counts; the ops that release them add noise through the ledger.
+With unit-normalised embeddings the inner product is the cosine similarity. The search is one
+of SEARCHES:
+
+- "exact" (default): the exact nearest candidate; a blocked NumPy GEMM + argmax, or faiss'
+  exact flat index from FAISS_MIN_CANDIDATES candidates on where faiss is installed (the
+  same answer up to float rounding on near-ties).
+- "hnsw", "ivf": faiss' approximate indexes (graph; inverted lists), built from the
+  candidates only, for large candidate sets. A query they cannot answer (an IVF probe of
+  empty lists) gets its exact nearest candidate instead.
+
+Every search maps each voter, on its own, to exactly one candidate: the candidate a voter
+picks depends on that voter and the (public) candidates only, never on the other voters. So
+one unit still casts one vote for one candidate, and the sensitivity of the counts, and with
+it the privacy analysis, is the same whichever search runs (docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -14,14 +26,68 @@ import numpy as np
 from dpsynth.data import Access, PrivateDataset
 
 BLOCK_ROWS = 2048
+SEARCHES = ("exact", "hnsw", "ivf")
+FAISS_MIN_CANDIDATES = 32_768
+"""From this many candidates on, "exact" runs on faiss' flat index where faiss is installed:
+the NumPy block (BLOCK_ROWS x candidates floats) would pass 256 MiB, while faiss tiles the
+candidates too. Below it the two run at the same speed (benchmarks/nn_vote.py)."""
+HNSW_NEIGHBOURS = 32
+IVF_PROBE = 8
 
 
-def nearest_indices(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """For each query row, the index of the candidate with the highest cosine similarity.
+def nearest_indices(queries: np.ndarray, candidates: np.ndarray,
+                    search: str = "exact") -> np.ndarray:
+    """For each query row, the index of the candidate with the highest cosine similarity
+    (exactly, or as an approximate index finds it: see the module docstring).
 
-    Ties go to the lowest index, so the result is deterministic.
+    On the NumPy path ties go to the lowest index, so the result is deterministic.
     """
     _check_pair(queries, candidates)
+    if search not in SEARCHES:
+        raise ValueError(f"search={search!r}: one of {', '.join(SEARCHES)}")
+    faiss = _faiss()
+    if search != "exact" and faiss is None:
+        raise ValueError(f"search={search!r} needs faiss: pip install 'dpsynth[dist]'")
+    if faiss is not None and (search != "exact" or len(candidates) >= FAISS_MIN_CANDIDATES):
+        return _faiss_nearest(faiss, queries, candidates, search)
+    return _blocked_argmax(queries, candidates)
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+def _faiss_nearest(faiss, queries: np.ndarray, candidates: np.ndarray,
+                   search: str) -> np.ndarray:
+    dim = candidates.shape[1]
+    base = np.ascontiguousarray(candidates, dtype=np.float32)
+    if search == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
+    elif search == "ivf":
+        lists = max(1, min(int(np.sqrt(len(base))), len(base) // 39))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, lists,
+                                   faiss.METRIC_INNER_PRODUCT)
+        index.train(base)
+        index.nprobe = min(IVF_PROBE, lists)
+    else:
+        index = faiss.IndexFlatIP(dim)
+    index.add(base)
+    out = np.empty(len(queries), dtype=np.int64)
+    for start in range(0, len(queries), BLOCK_ROWS * 8):
+        block = np.ascontiguousarray(queries[start : start + BLOCK_ROWS * 8], dtype=np.float32)
+        _, found = index.search(block, 1)
+        out[start : start + len(block)] = found[:, 0]
+    lost = np.flatnonzero(out < 0)  # nothing found in the probed lists: the exact answer
+    if len(lost):
+        out[lost] = _blocked_argmax(queries[lost], candidates)
+    return out
+
+
+def _blocked_argmax(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     out = np.empty(len(queries), dtype=np.int64)
     for start in range(0, len(queries), BLOCK_ROWS):
         block = queries[start : start + BLOCK_ROWS] @ candidates.T
@@ -29,13 +95,15 @@ def nearest_indices(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     return out
 
 
-def vote_counts(voters: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+def vote_counts(voters: np.ndarray, candidates: np.ndarray,
+                search: str = "exact") -> np.ndarray:
     """How many voters have each candidate as their nearest neighbour (float64 counts).
 
     Adding or removing one voter changes one count by one: L1 and L2 sensitivity 1 per
     record, times the records a privacy unit may hold.
     """
-    counts = np.bincount(nearest_indices(voters, candidates), minlength=len(candidates))
+    counts = np.bincount(nearest_indices(voters, candidates, search),
+                         minlength=len(candidates))
     return counts.astype(np.float64)
 
 
@@ -50,17 +118,18 @@ def _check_pair(queries: np.ndarray, candidates: np.ndarray) -> None:
 
 
 def grouped_nearest(queries: np.ndarray, query_groups: np.ndarray | None,
-                    candidates: np.ndarray, candidate_groups: np.ndarray | None) -> np.ndarray:
+                    candidates: np.ndarray, candidate_groups: np.ndarray | None,
+                    search: str = "exact") -> np.ndarray:
     """Nearest candidate within the query's own group (its label), or -1 where the group has
     no candidate. Without groups, the nearest over all candidates."""
     if query_groups is None or candidate_groups is None:
-        return nearest_indices(queries, candidates)
+        return nearest_indices(queries, candidates, search)
     out = np.full(len(queries), -1, dtype=np.int64)
     for group in np.unique(query_groups):
         rows = np.flatnonzero(query_groups == group)
         pool = np.flatnonzero(candidate_groups == group)
         if len(pool):
-            out[rows] = pool[nearest_indices(queries[rows], candidates[pool])]
+            out[rows] = pool[nearest_indices(queries[rows], candidates[pool], search)]
     return out
 
 

@@ -20,10 +20,13 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
                      candidate_labels: np.ndarray | None,
                      mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
                      noise: NoiseSource, records_per_unit: int = 1,
-                     stage: str = "voting") -> np.ndarray:
+                     stage: str = "voting", search: str = "exact") -> np.ndarray:
     """Noisy vote count per candidate (floats; may be negative).
 
     The mechanism samples and counts one vote per unit, so units must hold one record.
+    `search` picks the nearest-neighbour search (`dpsynth.ops.nearest.SEARCHES`); an
+    approximate one still gives each unit one vote for one candidate, so the charge is the
+    same.
     """
     if records_per_unit != 1:
         raise InputError("nearest-neighbour voting counts one vote per privacy unit: set "
@@ -32,6 +35,6 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
         raise DpsynthError("no candidates to vote on: the generator produced no usable text "
                            "for this step, so nothing was released; check the generator")
     targets = grouped_nearest(voters.embeddings, voters.labels, candidate_embeddings,
-                              candidate_labels)
+                              candidate_labels, search)
     return ledger.release(stage, mechanism, Votes(targets[targets >= 0],
                                                   len(candidate_embeddings)), noise)

@@ -26,7 +26,13 @@ from dpsynth.backends.base import Condition, Generator
 from dpsynth.backends.offline import format as fmt
 from dpsynth.backends.offline.keywords import KeywordExtractor
 from dpsynth.backends.offline.model import KEYWORDS_FILE, asset_dir, load_tokenizer
-from dpsynth.backends.offline.sampling import Request, Segment, TokenClasses, sample
+from dpsynth.backends.offline.sampling import (
+    Request,
+    Segment,
+    TokenClasses,
+    sample,
+    sample_reference,
+)
 from dpsynth.errors import InputError
 
 LENGTH_SLACK = 0.25
@@ -40,6 +46,34 @@ LABEL_GUIDANCE = 2.0
 """Classifier-free guidance on the label in `generate` (1: plain sampling). At 2 an SST-2
 classifier tells positive- from negative-conditioned texts 68% of the time, against 52%
 without guidance (100 texts each, 30 words); it doubles the cost of labelled generation."""
+
+
+ENGINES = ("fast", "int8", "reference")
+"""How the offline LM samples: "fast" (`sampling.sample`: length-bucketed batches, rows leave
+the batch as they finish, contrast rows only for guided requests, one output projection per
+guided pair), "int8" (the same on int8 dynamic-quantised projections: faster, a slightly
+different model; held-out perplexity in benchmarks/offline_generator_speed.py) or
+"reference" (`sampling.sample_reference`, the plain loop; the same distribution as "fast",
+for benchmarks and tests)."""
+
+
+def _size(request: Request) -> tuple[float, int]:
+    """Sort key of a request: the words it may write, then its prompt length."""
+    words = sum(min(s.max_words, 4 * s.target, 10_000) for s in request.segments)
+    return (words, len(request.prompt))
+
+
+def use_available_cores() -> int:
+    """Set PyTorch's intra-op threads to the CPU cores this process may use (a container's
+    affinity can be far below the host's core count that PyTorch sees), unless the user
+    chose a count with OMP_NUM_THREADS. Returns the thread count."""
+    import torch
+
+    if "OMP_NUM_THREADS" not in os.environ and hasattr(os, "sched_getaffinity"):
+        cores = len(os.sched_getaffinity(0))
+        if torch.get_num_threads() > cores:
+            torch.set_num_threads(cores)
+    return torch.get_num_threads()
 
 
 def _budget(target: int | None) -> Segment:
@@ -59,7 +93,7 @@ class OfflineGenerator(Generator):
 
     def __init__(self, model_dir: str | Path | None = None, *, temperature: float = 1.0,
                  top_p: float = 0.95, seed: int | None = None, batch_size: int = 64,
-                 label_guidance: float = LABEL_GUIDANCE) -> None:
+                 label_guidance: float = LABEL_GUIDANCE, engine: str = "fast") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
             import torch
@@ -74,13 +108,17 @@ class OfflineGenerator(Generator):
         if temperature < 0 or not 0 < top_p <= 1:
             raise InputError(f"temperature={temperature}, top_p={top_p}: need temperature >= 0 "
                              "and 0 < top_p <= 1")
+        if engine not in ENGINES:
+            raise InputError(f"engine={engine!r}: one of {', '.join(ENGINES)}")
         self.model_dir = folder
+        self.engine = engine
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
         self.label_guidance = label_guidance
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
         self._calls = 0
         self.tokenizer = load_tokenizer(folder)
         self.model = GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float32).eval()
+        use_available_cores()
         self.context = int(self.model.config.n_positions)
         self.classes = TokenClasses(self.tokenizer)
         kw_path = folder / KEYWORDS_FILE
@@ -108,15 +146,22 @@ class OfflineGenerator(Generator):
         return self.tokenizer.encode(text).ids
 
     def _run(self, requests: list[Request], gen) -> list[list[str]]:
-        """Decoded segments for each request, sampled in batches."""
-        decoded: list[list[str]] = []
-        for start in range(0, len(requests), self.batch_size):
-            part = requests[start : start + self.batch_size]
-            ids = sample(self.model, self.classes, part, temperature=self.temperature,
-                         top_p=self.top_p, generator=gen, context=self.context,
-                         guidance=self.label_guidance)
-            decoded.extend([fmt.clean(self.tokenizer.decode(s)) for s in row] for row in ids)
-        return decoded
+        """Decoded segments for each request, sampled in batches of similar lengths (prompt
+        and words to write), so that a batch's rows finish close together."""
+        if self.engine == "reference":  # the plain path, in the given order
+            order, draw = list(range(len(requests))), sample_reference
+        else:
+            order, draw = sorted(range(len(requests)), key=lambda i: _size(requests[i])), sample
+        decoded: list[list[str] | None] = [None] * len(requests)
+        for start in range(0, len(order), self.batch_size):
+            part = order[start : start + self.batch_size]
+            ids = draw(self.model, self.classes, [requests[i] for i in part],
+                       temperature=self.temperature, top_p=self.top_p, generator=gen,
+                       context=self.context, guidance=self.label_guidance,
+                       **({"int8": True} if self.engine == "int8" else {}))
+            for i, row in zip(part, ids, strict=True):
+                decoded[i] = [fmt.clean(self.tokenizer.decode(s)) for s in row]
+        return decoded  # type: ignore[return-value]
 
     def _fit(self, prompt: str, reserve: int) -> list[int]:
         """Prompt ids, cut from the left when the prompt and `reserve` new tokens overflow."""
