@@ -1,14 +1,16 @@
 """Time of one DP-Adam step beside a non-private step on the same batch and model, for
-opacus' hook mode and ghost clipping, with each mode's peak memory (ctcl issue benchmark).
+dpsynth's book-keeping clipping (`bk`, the default), opacus' hook mode and opacus' ghost
+clipping, with each mode's peak memory (ctcl issue benchmark).
 
     python benchmarks/dp_training.py [--batch 32] [--length 128] [--steps 5] [--layers 4]
         [--rounds 3]
 
-Each mode runs in its own process so that peak resident memory is its own. The three modes run
+Each mode runs in its own process so that peak resident memory is its own. The modes run
 one after the other, `--rounds` times over; each ratio is taken within a round and the median
 over rounds is printed, so a shared machine's load drifting between modes biases it less.
 The model has the offline LM's shape (GPT-2, untied embeddings, vocabulary 8k) with random
-weights.
+weights. Every mode runs the code `dp_finetune` runs (`ops/dp_training.py`): the same loss,
+clipping, noise and AdamW step; the non-private step is the plain backward and AdamW step.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import time
 
-MODES = ("non-private", "hooks", "ghost")
+MODES = ("non-private", "bk", "hooks", "ghost")
 
 
 def measure(mode: str, batch: int, length: int, steps: int, layers: int) -> dict:
@@ -29,7 +31,13 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int) -> dict
     from torch.utils.data import DataLoader, TensorDataset
 
     from dpsynth.backends.offline.model import build_model
-    from dpsynth.ops.dp_training import SequenceLoss
+    from dpsynth.ops.dp_training import (
+        DpTraining,
+        SequenceLoss,
+        _BookKeeping,
+        _Opacus,
+        shifted_batch,
+    )
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -37,28 +45,31 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int) -> dict
     model.train()
     ids = torch.randint(1, 8192, (batch * 4, length))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    criterion = SequenceLoss(0)
-    loader = DataLoader(TensorDataset(ids), batch_size=batch)
-    if mode != "non-private":
-        from opacus import PrivacyEngine
-
-        wrapped = PrivacyEngine().make_private(
-            module=model, optimizer=optimizer, data_loader=loader, criterion=criterion,
-            noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False,
-            grad_sample_mode=mode)
-        model, optimizer = wrapped[0], wrapped[1]
-        criterion = wrapped[2] if mode == "ghost" else criterion
     x = ids[:batch]
-    inputs, targets = x[:, :-1].contiguous(), x[:, 1:].contiguous()
-    positions = torch.arange(inputs.shape[1]).repeat(len(inputs), 1)
+    inputs, targets, positions = shifted_batch(x, torch.full((batch,), length))
+    if mode == "non-private":
+        criterion = SequenceLoss()
+
+        def step() -> None:
+            logits = model(input_ids=inputs, position_ids=positions).logits
+            criterion(logits, targets).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    else:
+        config = DpTraining(steps=steps, sampling_rate=batch / len(ids), noise_multiplier=1.0,
+                            max_grad_norm=1.0, max_length=length, grad_sample_mode=mode)
+        loader = DataLoader(TensorDataset(ids, torch.full((len(ids),), length)),
+                            batch_size=batch)
+        private = (_BookKeeping if mode == "bk" else _Opacus)(model, optimizer, loader, config,
+                                                              torch.Generator())
+
+        def step() -> None:
+            private.step(inputs, targets, positions)
     times = []
-    for step in range(steps + 1):
+    for i in range(steps + 1):
         start = time.perf_counter()
-        logits = model(input_ids=inputs, position_ids=positions).logits
-        criterion(logits, targets).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if step:  # the first step warms up
+        step()
+        if i:  # the first step warms up
             times.append(time.perf_counter() - start)
     return {"mode": mode, "step_s": sorted(times)[len(times) // 2],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

@@ -38,7 +38,7 @@ def step_event(sigma, q):
     return dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma))
 
 
-@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+@pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
 def test_dp_finetune_learns_and_charges_every_step(mode):
     model, seqs = tiny_model(), sequences()
     before = mean_loss(model, seqs)

@@ -45,9 +45,9 @@ class LmTrainingParams(BaseModel):
     learning_rate: float = Field(5e-4, gt=0, description="Adam learning rate")
     max_length: int = Field(128, ge=8, description="tokens per training example; longer ones are "
                             "cut")
-    grad_sample_mode: Literal["hooks", "ghost"] = Field("hooks", description="Opacus per-example "
-                                                        "gradients: hooks, or ghost clipping "
-                                                        "(less memory)")
+    grad_sample_mode: Literal["bk", "hooks", "ghost"] = Field(
+        "bk", description="per-example clipping: bk (book-keeping, one backward pass, the "
+        "fastest), or opacus' hooks or ghost clipping; the same clipped sum")
     checkpoint_every: int = Field(50, ge=1, description="training steps between checkpoints "
                                   "(weights and Adam moments; a killed run resumes there)")
     temperature: float = Field(1.0, ge=0, description="sampling temperature")

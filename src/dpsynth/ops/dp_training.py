@@ -36,22 +36,26 @@ class DpTraining:
     max_grad_norm: float = 1.0
     learning_rate: float = 5e-4
     max_length: int = 128
-    grad_sample_mode: Literal["hooks", "ghost"] = "hooks"
+    grad_sample_mode: Literal["bk", "hooks", "ghost"] = "bk"
+
+
+IGNORE = -100
+"""A target position that is not part of its sequence (padding)."""
 
 
 class SequenceLoss(nn.Module):
     """Token cross-entropy averaged within each sequence, then reduced over the batch: one
     private record is one sample, whatever its length (opacus sets `reduction`)."""
 
-    def __init__(self, pad_id: int) -> None:
+    def __init__(self, ignore_index: int = IGNORE) -> None:
         super().__init__()
-        self.pad_id = pad_id
+        self.ignore_index = ignore_index
         self.reduction = "mean"
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         tokens = nn.functional.cross_entropy(logits.transpose(1, 2), targets,
-                                             ignore_index=self.pad_id, reduction="none")
-        counts = (targets != self.pad_id).sum(dim=1).clamp(min=1)
+                                             ignore_index=self.ignore_index, reduction="none")
+        counts = (targets != self.ignore_index).sum(dim=1).clamp(min=1)
         per_sample = tokens.sum(dim=1) / counts
         if self.reduction == "none":
             return per_sample
@@ -79,6 +83,22 @@ def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,
     return out
 
 
+def shifted_batch(ids: torch.Tensor, lengths: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs, targets and positions of a right-padded batch, cut to its longest sequence.
+
+    Every token of a sequence after its first is a target, its closing end-of-text included
+    (it pads too, so padding is marked by position, `IGNORE`, not by id). Cutting the common
+    padding changes nothing: under causal attention a position never sees later ones, and
+    padding is never a target.
+    """
+    longest = min(ids.shape[1], max(2, int(lengths.max())))
+    inputs, targets = ids[:, : longest - 1].contiguous(), ids[:, 1:longest].clone()
+    positions = torch.arange(longest - 1).repeat(len(ids), 1)
+    targets[positions >= (lengths.unsqueeze(1) - 1)] = IGNORE
+    return inputs, targets, positions
+
+
 def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: int,
                 config: DpTraining, ledger: PrivacyLedger, stage: str,
                 step_event: DpEvent, next_key: Callable[[], bytes],
@@ -92,9 +112,8 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     checkpoint boundary. opacus' own CSPRNG needs torchcsprng, which has no build for this
     torch; its generator is seeded from the key.
     """
-    from opacus import PrivacyEngine
-
     ids = pad_batch(sequences, config.max_length, pad_id)
+    lengths = torch.tensor([max(1, min(len(s), config.max_length)) for s in sequences])
     expected = max(1, round(config.sampling_rate * len(ids)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     start = checkpoints.resume_step if checkpoints else 0
@@ -104,43 +123,118 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
         checkpoints.load(model, optimizer)
     model.train()
     noise_generator = torch.Generator()
-    engine = PrivacyEngine(accountant="prv", secure_mode=False)
-    wrapped = engine.make_private(
-        module=model, optimizer=optimizer,
-        data_loader=DataLoader(TensorDataset(ids), batch_size=expected),
-        criterion=SequenceLoss(pad_id), noise_multiplier=config.noise_multiplier,
-        max_grad_norm=config.max_grad_norm, poisson_sampling=True,
-        grad_sample_mode=config.grad_sample_mode, noise_generator=noise_generator)
-    if config.grad_sample_mode == "ghost":
-        private_model, dp_optimizer, criterion, dp_loader = wrapped
-    else:
-        (private_model, dp_optimizer, dp_loader), criterion = wrapped, SequenceLoss(pad_id)
-    private_model.train()
+    loader = DataLoader(TensorDataset(ids, lengths), batch_size=expected)
+    private = (_BookKeeping if config.grad_sample_mode == "bk" else _Opacus)(
+        model, optimizer, loader, config, noise_generator)
     every = checkpoints.every if checkpoints else config.steps
     batches = None
-    for step in track(range(start, config.steps), "DP fine-tuning"):
-        if batches is None or step % every == 0:
-            if batches is not None and checkpoints:
-                checkpoints.save(step, model, optimizer)
-            batches = _reseeded(dp_loader, next_key(), noise_generator)
-        (batch,) = next(batches)
-        ledger.charge(stage, step_event, mechanism="dp_sgd",
-                      sensitivity=config.max_grad_norm, noise_scale=config.noise_multiplier)
-        if len(batch) == 0:
-            _noise_only_step(dp_optimizer, config)
-            continue
-        # opacus' per-sample embedding norms need contiguous ids and explicit positions
-        inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
-        positions = torch.arange(inputs.shape[1]).repeat(len(inputs), 1)
-        logits = private_model(input_ids=inputs, position_ids=positions,
-                               attention_mask=(inputs != pad_id).long()).logits
-        loss = criterion(logits, targets)
-        loss.backward()
-        dp_optimizer.step()
-        dp_optimizer.zero_grad()
+    try:
+        for step in track(range(start, config.steps), "DP fine-tuning"):
+            if batches is None or step % every == 0:
+                if batches is not None and checkpoints:
+                    checkpoints.save(step, model, optimizer)
+                batches = _reseeded(private.loader, next_key(), noise_generator)
+            batch, batch_lengths = next(batches)
+            ledger.charge(stage, step_event, mechanism="dp_sgd",
+                          sensitivity=config.max_grad_norm,
+                          noise_scale=config.noise_multiplier)
+            if len(batch) == 0:
+                private.noise_only_step()
+                continue
+            private.step(*shifted_batch(batch, batch_lengths))
+    finally:
+        private.close()
     if checkpoints and start < config.steps:
         checkpoints.save(config.steps, model, optimizer)  # committed before any export
     return model
+
+
+class _BookKeeping:
+    """One backward pass with per-sample clipping by `BookKeepingClipper`, then opacus'
+    Gaussian noise (std σ·C on the clipped sum, the sum then divided by the expected batch
+    size) and the AdamW step: the update opacus' DPOptimizer makes from the same clipped
+    sum, on opacus' Poisson sampler."""
+
+    def __init__(self, model, optimizer, loader, config: DpTraining,
+                 noise_generator: torch.Generator) -> None:
+        from opacus.data_loader import DPDataLoader
+
+        from dpsynth.ops.bk_clipping import BookKeepingClipper
+
+        self.model, self.optimizer, self.config = model, optimizer, config
+        self.generator = noise_generator
+        self.loader = DPDataLoader.from_data_loader(loader)
+        # opacus' figure: DPOptimizer divides by int(N · sample_rate)
+        self.expected_batch_size = int(len(loader.dataset) * self.loader.sample_rate)
+        self.criterion = SequenceLoss()
+        self.criterion.reduction = "sum"  # each sample's gradient is that of its own loss
+        self.clipper = BookKeepingClipper(model)
+
+    def step(self, inputs, targets, positions) -> None:
+        logits = self.model(input_ids=inputs, position_ids=positions).logits
+        self.criterion(logits, targets).backward()
+        self.clipper.clipped_sum(self.config.max_grad_norm)
+        self._noisy_update()
+
+    def noise_only_step(self) -> None:
+        for param in self.clipper.params:
+            param.grad = torch.zeros_like(param)
+        self._noisy_update()
+
+    def _noisy_update(self) -> None:
+        std = self.config.noise_multiplier * self.config.max_grad_norm
+        for param in self.clipper.params:
+            noise = torch.normal(0, std, param.shape, generator=self.generator)
+            param.grad = (param.grad + noise) / self.expected_batch_size
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def close(self) -> None:
+        self.clipper.detach()
+
+
+class _Opacus:
+    """opacus' GradSampleModule (hooks) or its ghost clipping, with its DPOptimizer."""
+
+    def __init__(self, model, optimizer, loader, config: DpTraining,
+                 noise_generator: torch.Generator) -> None:
+        from opacus import PrivacyEngine
+
+        self.config = config
+        engine = PrivacyEngine(accountant="prv", secure_mode=False)
+        wrapped = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, criterion=SequenceLoss(),
+            noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
+            poisson_sampling=True, grad_sample_mode=config.grad_sample_mode,
+            noise_generator=noise_generator)
+        if config.grad_sample_mode == "ghost":
+            self.model, self.optimizer, self.criterion, self.loader = wrapped
+        else:
+            (self.model, self.optimizer, self.loader), self.criterion = wrapped, SequenceLoss()
+        self.model.train()
+
+    def step(self, inputs, targets, positions) -> None:
+        # opacus' per-sample embedding norms need contiguous ids and explicit positions
+        logits = self.model(input_ids=inputs, position_ids=positions).logits
+        self.criterion(logits, targets).backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    def noise_only_step(self) -> None:
+        """An empty Poisson batch still releases a noisy (all-noise) update, as the analysis
+        assumes; skipping it would reveal that the batch was empty. Scaled by the batch size
+        opacus divides every other step's noise by, so the step is the Gaussian charged."""
+        optimizer, config = self.optimizer, self.config
+        std = config.noise_multiplier * config.max_grad_norm / optimizer.expected_batch_size
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.grad = torch.randn(param.shape, generator=optimizer.generator) * std
+        optimizer.original_optimizer.step()
+        optimizer.original_optimizer.zero_grad()
+
+    def close(self) -> None:
+        if hasattr(self.model, "_close"):
+            self.model._close()
 
 
 def _reseeded(loader: DataLoader, key: bytes, noise_generator: torch.Generator):
@@ -155,15 +249,3 @@ def _reseeded(loader: DataLoader, key: bytes, noise_generator: torch.Generator):
 def _forever(loader: DataLoader):
     while True:
         yield from loader
-
-
-def _noise_only_step(optimizer, config: DpTraining) -> None:
-    """An empty Poisson batch still releases a noisy (all-noise) update, as the analysis
-    assumes; skipping it would reveal that the batch was empty. Scaled by the batch size
-    opacus divides every other step's noise by, so the step is the Gaussian charged."""
-    std = config.noise_multiplier * config.max_grad_norm / optimizer.expected_batch_size
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            param.grad = torch.randn(param.shape, generator=optimizer.generator) * std
-    optimizer.original_optimizer.step()
-    optimizer.original_optimizer.zero_grad()

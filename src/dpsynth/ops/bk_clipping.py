@@ -1,0 +1,166 @@
+"""Per-sample clipped gradients in one backward pass ("book-keeping" ghost clipping, Bu et
+al. 2023), for the layer types of a GPT-2 style LM: Linear, transformers' Conv1D, LayerNorm
+and Embedding.
+
+A forward hook keeps each layer's input; a hook on its output keeps the gradient that reaches
+it. Parameters are taken out of autograd, so the backward pass computes activation gradients
+only. Afterwards, per layer:
+
+- the squared norm of every sample's weight gradient, without forming it when that is cheaper:
+  for a linear layer with input A_b (T×i) and output gradient G_b (T×o),
+  ‖A_bᵀ G_b‖² = Σ (A_b A_bᵀ) ⊙ (G_b G_bᵀ) costs T²(i+o) per sample against T·i·o for the
+  gradient itself ("ghost norm"); the cheaper of the two is used, per layer and batch;
+- then, once every sample's clip factor c_b = min(1, C / (‖g_b‖ + 1e-6)) is known (opacus'
+  formula, over all parameters at once), the clipped sum Σ_b c_b A_bᵀ G_b as one matrix
+  product, which replaces the weight gradient the backward pass skipped.
+
+The result is exactly Σ_b clip(g_b) of per-sample clipping (flat, at `max_grad_norm`), up to
+float rounding: the same sensitivity as opacus' hook mode, at little more than the cost of a
+non-private step. Per-sample gradients here are gradients of each sample's own loss, as
+opacus' are under a mean-reduced loss (the loss is summed over the batch here).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+try:  # transformers' GPT-2 linear layer: y = x @ W + b, W of shape (in, out)
+    from transformers.pytorch_utils import Conv1D
+except ImportError:  # pragma: no cover - transformers is part of the `train` extra
+    Conv1D = ()
+
+
+class BookKeepingClipper:
+    """Attach to `model`; after `loss.backward()` on the batch's summed per-sample losses,
+    `clipped_sum(max_grad_norm)` sets every trainable parameter's `.grad` to the sum of
+    clipped per-sample gradients and returns the per-sample norms (before clipping).
+
+    Trainable parameters are those with `requires_grad` when attached; `detach()` restores
+    them.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.layers: list[tuple[nn.Module, list[nn.Parameter]]] = []
+        self._handles = []
+        self._saved: dict[nn.Module, list] = {}
+        for module in model.modules():
+            own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            if isinstance(module, nn.Embedding):
+                self._handles.append(module.register_forward_hook(self._embedding_hook))
+            if not own:
+                continue
+            if not isinstance(module, nn.Linear | nn.LayerNorm | nn.Embedding | Conv1D):
+                raise TypeError(f"book-keeping clipping does not support trainable "
+                                f"{type(module).__name__} layers; use grad_sample_mode hooks")
+            if isinstance(module, nn.Linear | nn.LayerNorm | Conv1D):
+                self._handles.append(module.register_forward_hook(self._layer_hook))
+            self.layers.append((module, own))
+        self.params = [p for _, own in self.layers for p in own]
+        if len({id(p) for p in self.params}) < len(self.params):
+            raise TypeError("book-keeping clipping needs each trainable parameter in one layer "
+                            "(per-layer norms of a shared weight do not add up); untie the "
+                            "weights or use grad_sample_mode hooks")
+        self._trainable = {id(p) for p in self.params}
+        for p in self.params:
+            p.requires_grad_(False)
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        for p in self.params:
+            p.requires_grad_(True)
+
+    # -- capture -----------------------------------------------------------------------------
+
+    def _embedding_hook(self, module, inputs, output):
+        """Make the embedding's output the leaf that gradients flow back to; keep the ids."""
+        out = output.detach().requires_grad_(True)
+        if self._trains(module.weight):
+            slot = [inputs[0].detach(), None]
+            self._saved[module] = slot
+            out.register_hook(lambda grad: slot.__setitem__(1, grad.detach()))
+        return out
+
+    def _layer_hook(self, module, inputs, output):
+        if not output.requires_grad:
+            return None
+        slot = [inputs[0].detach(), None]
+        self._saved[module] = slot
+        output.register_hook(lambda grad: slot.__setitem__(1, grad.detach()))
+        return None
+
+    # -- clipping ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def clipped_sum(self, max_grad_norm: float) -> torch.Tensor:
+        missing = [type(m).__name__ for m, _ in self.layers if self._saved.get(m, [0, None])[1]
+                   is None]
+        if missing:
+            raise RuntimeError(f"no gradient reached {missing}; run backward first")
+        sq = sum(self._norm2(module, *self._saved[module]) for module, _ in self.layers)
+        norms = sq.clamp(min=0).sqrt()
+        factors = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        for module, _ in self.layers:
+            self._grad(module, factors, *self._saved[module])
+        self._saved.clear()
+        return norms
+
+    def clear(self) -> None:
+        self._saved.clear()
+
+    def _trains(self, param: nn.Parameter | None) -> bool:
+        return param is not None and id(param) in self._trainable
+
+    def _norm2(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Each sample's squared gradient norm over this layer's trainable parameters."""
+        batch = g.shape[0]
+        if isinstance(module, nn.Embedding):
+            ids, g = x.reshape(batch, -1), g.reshape(batch, -1, g.shape[-1])
+            same = ids.unsqueeze(2) == ids.unsqueeze(1)
+            return (torch.bmm(g, g.transpose(1, 2)) * same).sum(dim=(1, 2))
+        x, g = x.reshape(batch, -1, x.shape[-1]), g.reshape(batch, -1, g.shape[-1])
+        total = g.new_zeros(batch)
+        if isinstance(module, nn.LayerNorm):
+            if self._trains(module.weight):
+                total += torch.einsum("btd,btd->bd", g, _normalized(module, x)).square().sum(1)
+        elif self._trains(module.weight):
+            length, d_in, d_out = x.shape[1], x.shape[2], g.shape[2]
+            if length * (d_in + d_out) < d_in * d_out:  # ghost norm
+                total += (torch.bmm(x, x.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))
+                          ).sum(dim=(1, 2))
+            else:  # instantiate each sample's gradient
+                total += torch.bmm(x.transpose(1, 2), g).square().sum(dim=(1, 2))
+        if self._trains(module.bias):
+            total += g.sum(dim=1).square().sum(1)
+        return total
+
+    def _grad(self, module: nn.Module, factors: torch.Tensor, x: torch.Tensor,
+              g: torch.Tensor) -> None:
+        """The clipped sum of this layer's per-sample gradients, into `.grad`."""
+        batch = g.shape[0]
+        scaled = g * factors.view(batch, *([1] * (g.dim() - 1)))
+        if isinstance(module, nn.Embedding):
+            grad = torch.zeros_like(module.weight)
+            grad.index_add_(0, x.reshape(-1), scaled.reshape(-1, scaled.shape[-1]))
+            _accumulate(module.weight, grad)
+            return
+        x2 = x.reshape(-1, x.shape[-1])
+        s2 = scaled.reshape(-1, scaled.shape[-1])
+        if isinstance(module, nn.LayerNorm):
+            if self._trains(module.weight):
+                _accumulate(module.weight, (s2 * _normalized(module, x2)).sum(0))
+        elif self._trains(module.weight):
+            _accumulate(module.weight, s2.t() @ x2 if isinstance(module, nn.Linear)
+                        else x2.t() @ s2)  # Conv1D's weight is (in, out)
+        if self._trains(module.bias):
+            _accumulate(module.bias, s2.sum(0))
+
+
+def _normalized(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps)
+
+
+def _accumulate(param: nn.Parameter, grad: torch.Tensor) -> None:
+    param.grad = grad if param.grad is None else param.grad + grad

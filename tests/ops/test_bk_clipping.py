@@ -1,0 +1,153 @@
+"""Book-keeping clipping: the clipped sum of one backward pass equals per-sample clipping done
+one example at a time, and a DP step from it is the update opacus' DPOptimizer would make."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("opacus")
+
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+from dpsynth.ops.bk_clipping import BookKeepingClipper  # noqa: E402
+from dpsynth.ops.dp_training import (  # noqa: E402
+    IGNORE,
+    DpTraining,
+    SequenceLoss,
+    _BookKeeping,
+    pad_batch,
+    shifted_batch,
+)
+
+VOCAB, EOS = 60, 0
+
+
+def model_(seed=0, n_embd=16, dtype=torch.float64, tied=False):
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=n_embd, n_layer=2, n_head=2,
+                        tie_word_embeddings=tied, bos_token_id=EOS, eos_token_id=EOS,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return GPT2LMHeadModel(config).to(dtype)
+
+
+def documents(lengths, seed=1):
+    """Token sequences ending in end-of-text, which also pads the batch."""
+    g = torch.Generator().manual_seed(seed)
+    docs = [[*torch.randint(1, VOCAB, (n - 1,), generator=g).tolist(), EOS] for n in lengths]
+    docs[0][2] = docs[0][5]  # a token twice in one sequence: the embedding rows add up
+    return docs
+
+
+def per_sample_loss(model, batch, lengths):
+    inputs, targets, positions = shifted_batch(batch, lengths)
+    logits = model(input_ids=inputs, position_ids=positions).logits
+    loss = SequenceLoss()
+    loss.reduction = "none"
+    return loss(logits, targets)
+
+
+def reference(model, docs, max_grad_norm):
+    """Σ_b clip(∇ loss_b), each sample's gradient from a batch of that sample alone, unpadded."""
+    total = {name: torch.zeros_like(p) for name, p in model.named_parameters()}
+    norms = []
+    for doc in docs:
+        model.zero_grad()
+        ids = torch.tensor([doc])
+        per_sample_loss(model, ids, torch.tensor([len(doc)])).sum().backward()
+        norm = torch.sqrt(sum(p.grad.square().sum() for p in model.parameters()))
+        factor = min(1.0, max_grad_norm / (float(norm) + 1e-6))
+        for name, p in model.named_parameters():
+            total[name] += factor * p.grad
+        norms.append(float(norm))
+    model.zero_grad()
+    return total, torch.tensor(norms, dtype=torch.float64)
+
+
+def bk_clipped(model, docs, max_grad_norm, max_length=32):
+    clipper = BookKeepingClipper(model)
+    batch = pad_batch(docs, max_length, EOS)
+    lengths = torch.tensor([len(d) for d in docs])
+    per_sample_loss(model, batch, lengths).sum().backward()
+    norms = clipper.clipped_sum(max_grad_norm)
+    clipper.detach()
+    return {name: p.grad for name, p in model.named_parameters()}, norms
+
+
+@pytest.mark.parametrize("n_embd", [8, 32])  # 8: per-sample gradients formed; 32: ghost norms
+def test_clipped_sum_matches_clipping_one_example_at_a_time(n_embd):
+    docs = documents([12, 5, 9, 3, 12, 7])
+    _, ref_norms = reference(model_(n_embd=n_embd), docs, max_grad_norm=1e9)
+    clip = float(ref_norms.median())  # some samples clipped, some not
+    expected, _ = reference(model_(n_embd=n_embd), docs, max_grad_norm=clip)
+    got, norms = bk_clipped(model_(n_embd=n_embd), docs, max_grad_norm=clip)
+    assert torch.allclose(norms.double(), ref_norms, rtol=1e-10)
+    for name, grad in expected.items():
+        assert torch.allclose(got[name], grad, rtol=1e-9, atol=1e-12), name
+
+
+def test_clipped_sum_in_float32_matches_to_float_tolerance():
+    docs = documents([20, 4, 11, 16], seed=3)
+    expected, _ = reference(model_(dtype=torch.float64), docs, max_grad_norm=1.0)
+    got, _ = bk_clipped(model_(dtype=torch.float32), docs, max_grad_norm=1.0)
+    for name, grad in expected.items():
+        assert torch.allclose(got[name].double(), grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_frozen_parameters_are_left_out_of_norm_and_update():
+    docs = documents([10, 6, 8])
+    model = model_()
+    for p in model.transformer.h[0].parameters():
+        p.requires_grad_(False)
+    got, _ = bk_clipped(model, docs, max_grad_norm=1e9)
+    assert model.transformer.h[0].attn.c_attn.weight.grad is None
+    ref = model_()
+    total = 0.0
+    for doc in docs:  # unclipped: the sum of per-sample gradients of the trainable part
+        ref.zero_grad()
+        per_sample_loss(ref, torch.tensor([doc]), torch.tensor([len(doc)])).sum().backward()
+        total += ref.lm_head.weight.grad.clone()
+    assert torch.allclose(got["lm_head.weight"], total, rtol=1e-9)
+    frozen = {id(p) for p in model.transformer.h[0].parameters()}
+    assert all(p.requires_grad == (id(p) not in frozen) for p in model.parameters())
+
+
+def test_the_closing_end_of_text_is_a_target_and_padding_is_not():
+    batch = pad_batch([[5, 6, EOS], [7, EOS]], 6, EOS)
+    inputs, targets, positions = shifted_batch(batch, torch.tensor([3, 2]))
+    assert inputs.shape == (2, 2)  # cut to the longest sequence
+    assert targets.tolist() == [[6, EOS], [EOS, IGNORE]]
+    assert positions.tolist() == [[0, 1], [0, 1]]
+
+
+def test_a_book_keeping_step_is_adamw_on_the_noiseless_clipped_mean():
+    docs = documents([12, 5, 9, 3], seed=5)
+    expected, _ = reference(model_(), docs, max_grad_norm=2.0)
+    model, twin = model_(), model_()
+    config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
+                        learning_rate=1e-2, max_length=16, grad_sample_mode="bk")
+    ids = pad_batch(docs * 2, 16, EOS)  # 8 records at rate 1/2: opacus divides by 4
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])),
+        batch_size=4)
+    step = _BookKeeping(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
+                        torch.Generator())
+    assert step.expected_batch_size == 4
+    step.step(*shifted_batch(ids[:4], torch.tensor([len(d) for d in docs])))
+    step.close()
+    optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    for name, p in twin.named_parameters():
+        p.grad = expected[name] / 4
+    optimizer.step()
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(),
+                            strict=True):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), name
+
+
+def test_unsupported_trainable_layers_are_refused():
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 1, 3))
+    with pytest.raises(TypeError, match="hooks"):
+        BookKeepingClipper(net)
+
+
+def test_tied_weights_are_refused():
+    with pytest.raises(TypeError, match="untie"):
+        BookKeepingClipper(model_(tied=True))
