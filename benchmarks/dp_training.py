@@ -3,7 +3,7 @@ dpsynth's book-keeping clipping (`bk`, the default), opacus' hook mode and opacu
 clipping, with each mode's peak memory (ctcl issue benchmark).
 
     python benchmarks/dp_training.py [--batch 32] [--length 128] [--steps 5] [--layers 4]
-        [--rounds 3]
+        [--rounds 3] [--threads 2]
 
 Each mode runs in its own process so that peak resident memory is its own. The modes run
 one after the other, `--rounds` times over; each ratio is taken within a round and the median
@@ -26,7 +26,8 @@ import time
 MODES = ("non-private", "bk", "hooks", "ghost")
 
 
-def measure(mode: str, batch: int, length: int, steps: int, layers: int) -> dict:
+def measure(mode: str, batch: int, length: int, steps: int, layers: int,
+            threads: int) -> dict:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -39,7 +40,7 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int) -> dict
         shifted_batch,
     )
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = build_model(8192, 0, n_layer=layers, n_embd=256, n_head=4, n_positions=length)
     model.train()
@@ -65,13 +66,15 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int) -> dict
 
         def step() -> None:
             private.step(inputs, targets, positions)
-    times = []
+    times, cpu = [], []
     for i in range(steps + 1):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         step()
         if i:  # the first step warms up
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
     return {"mode": mode, "step_s": sorted(times)[len(times) // 2],
+            "cpu_s": sorted(cpu)[len(cpu) // 2],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -82,28 +85,36 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode:
-        print(json.dumps(measure(args.mode, args.batch, args.length, args.steps, args.layers)))
+        print(json.dumps(measure(args.mode, args.batch, args.length, args.steps, args.layers,
+                                 args.threads)))
         return
     rounds = [[_measure_in_process(mode, args) for mode in MODES] for _ in range(args.rounds)]
-    print(f"batch {args.batch}, length {args.length}, {args.layers} layers, median of "
-          f"{args.steps} steps per mode, {args.rounds} interleaved rounds")
-    print("| mode | step (s) | ratio to non-private | peak RSS (MB) |")
-    print("|---|---|---|---|")
+    print(f"batch {args.batch}, length {args.length}, {args.layers} layers, {args.threads} "
+          f"threads, median of {args.steps} steps per mode, {args.rounds} interleaved rounds; "
+          f"CPU is the process's CPU time per step (less sensitive to other jobs' load)")
+    print("| mode | step (s) | ratio to non-private | CPU (s) | CPU ratio | peak RSS (MB) |")
+    print("|---|---|---|---|---|---|")
     for i, mode in enumerate(MODES):
         steps = [r[i]["step_s"] for r in rounds]
         ratios = [r[i]["step_s"] / r[0]["step_s"] for r in rounds]
+        cpu = [r[i]["cpu_s"] for r in rounds]
+        cpu_ratios = [r[i]["cpu_s"] / r[0]["cpu_s"] for r in rounds]
         peak = max(r[i]["peak_rss_mb"] for r in rounds)
         print(f"| {mode} | {statistics.median(steps):.3f} | {statistics.median(ratios):.2f} "
-              f"(range {min(ratios):.2f}–{max(ratios):.2f}) | {peak:.0f} |")
+              f"(range {min(ratios):.2f}–{max(ratios):.2f}) | {statistics.median(cpu):.3f} | "
+              f"{statistics.median(cpu_ratios):.2f} (range {min(cpu_ratios):.2f}–"
+              f"{max(cpu_ratios):.2f}) | {peak:.0f} |")
 
 
 def _measure_in_process(mode: str, args: argparse.Namespace) -> dict:
     done = subprocess.run([sys.executable, __file__, "--mode", mode, "--batch",
                            str(args.batch), "--length", str(args.length), "--steps",
-                           str(args.steps), "--layers", str(args.layers)],
+                           str(args.steps), "--layers", str(args.layers),
+                           "--threads", str(args.threads)],
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

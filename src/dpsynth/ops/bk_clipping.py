@@ -138,24 +138,26 @@ class BookKeepingClipper:
 
     def _grad(self, module: nn.Module, factors: torch.Tensor, x: torch.Tensor,
               g: torch.Tensor) -> None:
-        """The clipped sum of this layer's per-sample gradients, into `.grad`."""
+        """The clipped sum of this layer's per-sample gradients, into `.grad`: each sample's
+        factor scales whichever of its input and output gradient is narrower."""
         batch = g.shape[0]
-        scaled = g * factors.view(batch, *([1] * (g.dim() - 1)))
+        per_sample = factors.view(batch, *([1] * (g.dim() - 1)))
         if isinstance(module, nn.Embedding):
             grad = torch.zeros_like(module.weight)
-            grad.index_add_(0, x.reshape(-1), scaled.reshape(-1, scaled.shape[-1]))
+            grad.index_add_(0, x.reshape(-1), (g * per_sample).reshape(-1, g.shape[-1]))
             _accumulate(module.weight, grad)
             return
-        x2 = x.reshape(-1, x.shape[-1])
-        s2 = scaled.reshape(-1, scaled.shape[-1])
         if isinstance(module, nn.LayerNorm):
             if self._trains(module.weight):
-                _accumulate(module.weight, (s2 * _normalized(module, x2)).sum(0))
+                _accumulate(module.weight, (g * per_sample * _normalized(module, x))
+                            .reshape(-1, g.shape[-1]).sum(0))
         elif self._trains(module.weight):
-            _accumulate(module.weight, s2.t() @ x2 if isinstance(module, nn.Linear)
-                        else x2.t() @ s2)  # Conv1D's weight is (in, out)
+            xs, gs = (x * per_sample, g) if x.shape[-1] <= g.shape[-1] else (x, g * per_sample)
+            x2, g2 = xs.reshape(-1, x.shape[-1]), gs.reshape(-1, g.shape[-1])
+            _accumulate(module.weight, g2.t() @ x2 if isinstance(module, nn.Linear)
+                        else x2.t() @ g2)  # Conv1D's weight is (in, out)
         if self._trains(module.bias):
-            _accumulate(module.bias, s2.sum(0))
+            _accumulate(module.bias, factors @ g.reshape(batch, -1, g.shape[-1]).sum(1))
 
 
 def _normalized(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
