@@ -118,3 +118,30 @@ def test_resuming_without_the_saved_state_is_a_clear_error(tmp_path):
     model = tiny_model()
     with pytest.raises(FileNotFoundError, match="step-000004"):
         checkpoints.load(model, torch.optim.AdamW(model.parameters()))
+
+
+@pytest.mark.parametrize("mode", ["bk", "hooks"])
+def test_frozen_parameters_keep_their_public_values(mode):
+    model = tiny_model()
+    public = {name: p.detach().clone() for name, p in model.named_parameters()}
+    config = DpTraining(steps=3, sampling_rate=0.25, noise_multiplier=0.5, learning_rate=5e-3,
+                        max_length=12, grad_sample_mode=mode,
+                        frozen=("transformer.wte", "lm_head"))
+    ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2)
+    trained = dp_finetune(model, sequences(), PAD, config, ledger, "training",
+                          step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
+    after = dict(trained.named_parameters())
+    assert torch.equal(after["lm_head.weight"], public["lm_head.weight"])
+    assert torch.equal(after["transformer.wte.weight"], public["transformer.wte.weight"])
+    assert not torch.equal(after["transformer.h.0.mlp.c_fc.weight"],
+                           public["transformer.h.0.mlp.c_fc.weight"])
+    assert ledger.breakdown()["training"]["releases"] == 3
+
+
+def test_a_frozen_prefix_that_names_no_parameter_is_an_error():
+    config = DpTraining(steps=1, sampling_rate=0.25, noise_multiplier=0.5, max_length=12,
+                        frozen=("transformer.embeddings",))
+    with pytest.raises(ValueError, match="transformer.embeddings"):
+        dp_finetune(tiny_model(), sequences(), PAD, config,
+                    PrivacyLedger(50.0, 1e-5, discretization=1e-2), "training",
+                    step_event(0.5, 0.25), next_key=lambda: b"k" * 16)

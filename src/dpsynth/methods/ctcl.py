@@ -48,6 +48,9 @@ class LmTrainingParams(BaseModel):
     grad_sample_mode: Literal["bk", "hooks", "ghost"] = Field(
         "bk", description="per-example clipping: bk (book-keeping, one backward pass, the "
         "fastest), or opacus' hooks or ghost clipping; the same clipped sum")
+    frozen: tuple[str, ...] = Field((), description="name prefixes of LM parameters kept at "
+                                    "their public values, e.g. ['transformer.wte', 'lm_head'] "
+                                    "(parameter-efficient; default: all trained, as the seed)")
     checkpoint_every: int = Field(50, ge=1, description="training steps between checkpoints "
                                   "(weights and Adam moments; a killed run resumes there)")
     temperature: float = Field(1.0, ge=0, description="sampling temperature")
@@ -155,7 +158,7 @@ class Ctcl(Recipe):
         config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
                             learning_rate=p.learning_rate, max_length=p.max_length,
-                            grad_sample_mode=p.grad_sample_mode)
+                            grad_sample_mode=p.grad_sample_mode, frozen=p.frozen)
         dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, ctx.ledger, "training",
                     stage.release_event, ctx.noise.random_key,
                     self._checkpoints(ctx, state))

@@ -37,6 +37,8 @@ class DpTraining:
     learning_rate: float = 5e-4
     max_length: int = 128
     grad_sample_mode: Literal["bk", "hooks", "ghost"] = "bk"
+    frozen: tuple[str, ...] = ()
+    """Name prefixes of parameters kept at their public values (none: all are trained)."""
 
 
 IGNORE = -100
@@ -118,7 +120,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     ids = pad_batch(sequences, config.max_length, pad_id)
     lengths = torch.tensor([max(1, min(len(s), config.max_length)) for s in sequences])
     expected = max(1, round(config.sampling_rate * len(ids)))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    optimizer = torch.optim.AdamW(_trainable(model, config.frozen), lr=config.learning_rate)
     start = checkpoints.resume_step if checkpoints else 0
     if checkpoints:
         checkpoints.discard_uncommitted()
@@ -150,6 +152,19 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     if checkpoints and start < config.steps:
         checkpoints.save(config.steps, model, optimizer)  # committed before any export
     return model
+
+
+def _trainable(model: nn.Module, frozen: Sequence[str]) -> list[nn.Parameter]:
+    """The parameters to train; those under a `frozen` prefix leave autograd."""
+    unknown = [prefix for prefix in frozen
+               if not any(name.startswith(prefix) for name, _ in model.named_parameters())]
+    if unknown:
+        raise ValueError(f"frozen: {unknown} name no parameter of the model (names start "
+                         f"with e.g. {[n for n, _ in model.named_parameters()][:3]})")
+    for name, param in model.named_parameters():
+        if any(name.startswith(prefix) for prefix in frozen):
+            param.requires_grad_(False)
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 class _BookKeeping:
