@@ -3,12 +3,15 @@ dpsynth's book-keeping clipping (`bk`, the default), opacus' hook mode and opacu
 clipping, with each mode's peak memory (ctcl issue benchmark).
 
     python benchmarks/dp_training.py [--batch 32] [--length 128] [--steps 5] [--layers 4]
-        [--rounds 3] [--threads 2]
+        [--rounds 3] [--threads 1]
 
 Each mode runs in its own process so that peak resident memory is its own. The modes run
 one after the other, `--rounds` times over; each ratio is taken within a round and the median
 over rounds is printed, so a shared machine's load drifting between modes biases it less.
-The model has the offline LM's shape (GPT-2, untied embeddings, vocabulary 8k) with random
+One thread by default: on a shared 2-core machine a 2-thread step waits on the other jobs at
+every parallel region (measured at load ~10: the non-private step took 7.8 s with 2 threads,
+3.1 s with 1), which penalises the mode with more, smaller operations; `--threads 2` on an
+idle machine. The model has the offline LM's shape (GPT-2, untied embeddings, vocabulary 8k) with random
 weights. Every mode runs the code `dp_finetune` runs (`ops/dp_training.py`): the same loss,
 clipping, noise and AdamW step; the non-private step is the plain backward and AdamW step.
 """
@@ -85,7 +88,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode:
