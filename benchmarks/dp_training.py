@@ -12,8 +12,9 @@ One thread by default: on a shared 2-core machine a 2-thread step waits on the o
 every parallel region (measured at load ~10: the non-private step took 7.8 s with 2 threads,
 3.1 s with 1), which penalises the mode with more, smaller operations; `--threads 2` on an
 idle machine. The model has the offline LM's shape (GPT-2, untied embeddings, vocabulary 8k)
-with random weights. Every mode runs the code `dp_finetune` runs (`ops/dp_training.py`): the same loss,
-clipping, noise and AdamW step; the non-private step is the plain backward and AdamW step.
+with random weights. Every mode runs the code `dp_finetune` runs (`ops/dp_training.py`): the
+same loss, clipping, noise and AdamW step; the non-private step is the plain backward and
+AdamW step.
 """
 
 from __future__ import annotations
