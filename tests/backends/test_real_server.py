@@ -208,7 +208,9 @@ def test_a_server_error_is_retried_then_fails_only_that_output(real_server, serv
     texts = gen.generate([too_long, Condition(label="account")])
     assert texts[0] == FAILED and in_vocabulary(texts[1])
     usage = gen.usage()
-    assert usage["retries"] == 1 and usage["failed"] == 1 and usage["attempts"] == 3
+    assert usage["failed"] == 1  # the 500 was retried once (max_retries=1), then given up
+    # the good prompt may also need its one retry when a loaded machine outlasts timeout_s
+    assert 1 <= usage["retries"] <= 2 and usage["attempts"] == 2 + usage["retries"]
 
 
 def test_a_model_the_server_does_not_serve_is_one_line_and_exit_1(
