@@ -42,7 +42,9 @@ def sizes(n: int) -> dict[str, dict]:
     }
 
 
-def write_config(name: str, n: int, private: int, folder: Path) -> Path:
+def write_config(name: str, params: dict, private: int, folder: Path) -> Path:
+    """A run config for recipe `name` on `private` ag_news records (shared with
+    recipe_speed.py); its output goes to FOLDER/NAME."""
     import pandas as pd
 
     if not SHARED.is_file():
@@ -54,9 +56,9 @@ def write_config(name: str, n: int, private: int, folder: Path) -> Path:
         "data": {"path": str(folder / "private.csv"), "text_column": "text",
                  "label_column": "label", "labels": sorted(data["label"].unique().tolist())},
         "budget": {"epsilon": 4.0},
-        "recipe": {"name": name, "params": sizes(n)[name]},
+        "recipe": {"name": name, "params": params},
         "backends": {"embedder": {"name": "minilm"}, "generator": {"name": "offline"}},
-        "output": {"dir": str(folder / "run")},
+        "output": {"dir": str(folder / name)},
         "seed": 0,
     }
     path = folder / f"{name}.yaml"
@@ -91,9 +93,10 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     if args.name == "main":
         argv = ["run", "--output", str(folder / "run"), "--log-level", "warning"]
-        what = "dpsynth run (the bundled example: dpga, offline LM, MiniLM)"
+        what = "dpsynth run (the bundled example: dpga, its public forum pool, MiniLM)"
     else:
-        argv = ["run", str(write_config(args.name, args.n, args.private, folder)),
+        argv = ["run", str(write_config(args.name, sizes(args.n)[args.name], args.private,
+                                        folder)),
                 "--log-level", "warning"]
         what = (f"{args.name}, {args.n} synthetic records from {args.private} ag_news records, "
                 f"params {sizes(args.n)[args.name]}")

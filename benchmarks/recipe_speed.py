@@ -33,10 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
+from profile_run import write_config
 
 ROOT = Path(__file__).resolve().parents[1]
-AG_NEWS = ROOT.parent / "shared" / "data" / "ag_news" / "train.csv"
 CALLS_PER_SAMPLE_TARGET = 20
 
 
@@ -55,28 +54,6 @@ def jobs(scale: float) -> dict[str, tuple[dict | None, float]]:
         "eda": ({"n_offspring": n(1200), "n_output": n(1000), "n_public": n(1000),
                  "calibration_size": min(200, n(1000))}, 20 * 60.0 * scale),
     }
-
-
-def write_config(name: str, params: dict, private: int, folder: Path) -> Path:
-    import pandas as pd
-
-    if not AG_NEWS.is_file():
-        raise SystemExit(f"{AG_NEWS} is missing: recipes other than 'main' read ag_news")
-    data = pd.read_csv(AG_NEWS).sample(private, random_state=0)
-    data["label"] = data["label"].astype(str)
-    data.to_csv(folder / "private.csv", index=False)
-    config = {
-        "data": {"path": str(folder / "private.csv"), "text_column": "text",
-                 "label_column": "label", "labels": sorted(data["label"].unique().tolist())},
-        "budget": {"epsilon": 4.0},
-        "recipe": {"name": name, "params": params},
-        "backends": {"embedder": {"name": "minilm"}, "generator": {"name": "offline"}},
-        "output": {"dir": str(folder / name)},
-        "seed": 0,
-    }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def kept_records(run_dir: Path) -> int:
