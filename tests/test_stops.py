@@ -261,6 +261,33 @@ def test_a_real_signal_mid_run_exits_130_in_one_line(tmp_path, signum):
     assert spend["charges"] == journal_charges(tmp_path / "out")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_whose_interrupt_was_lost_still_stops_the_next_release(signum):
+    """Python drops a KeyboardInterrupt raised inside some callbacks; the ledger still
+    refuses every release after the signal, and the handlers are restored afterwards."""
+    from dp_accounting import dp_event
+
+    from dpsynth.privacy.ledger import PrivacyLedger
+    from dpsynth.stops import signals_stop_the_run
+
+    before = signal.getsignal(signum)
+    ledger = PrivacyLedger(2.0, 1e-5)
+    with signals_stop_the_run():
+        ledger.charge("vote", dp_event.GaussianDpEvent(10.0))
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(1)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # swallowed, as a library callback would
+        with pytest.raises(KeyboardInterrupt):
+            ledger.charge("vote", dp_event.GaussianDpEvent(10.0))
+        assert len(ledger.charges) == 1
+    assert signal.getsignal(signum) is before
+    ledger.charge("vote", dp_event.GaussianDpEvent(10.0))  # the request ends with the run
+    assert len(ledger.charges) == 2
+
+
 class EmptyGenerator(RecordingGenerator):
     """A local generator that produces nothing usable (not remote: no health check)."""
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +22,7 @@ from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging
 from dpsynth.methods.registry import RECIPES
 from dpsynth.preflight import RunPlan, make_plan, print_plan
+from dpsynth.stops import signals_stop_the_run
 from dpsynth.synthesis import NOT_PRIVATE, prepare_output_dir, stopped_summary
 from dpsynth.synthesis import run as run_recipe
 
@@ -132,7 +130,7 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     run_plan = make_plan(cfg)
     print_plan(run_plan, out)
     try:
-        with _terminate_as_interrupt():
+        with signals_stop_the_run():
             outputs = run_recipe(cfg, run_plan=run_plan)
     except KeyboardInterrupt:
         again = " ".join(["dpsynth run", *([str(config)] if config else []),
@@ -218,20 +216,6 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder."
 def version() -> None:
     """Print the dpsynth version."""
     out.print(__version__)
-
-
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (what `timeout`, Slurm and Kubernetes send) stops a run as Ctrl-C does, so it
-    too leaves privacy.json with everything spent; Python's default would exit silently."""
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> None:

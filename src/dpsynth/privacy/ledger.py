@@ -29,6 +29,7 @@ from dpsynth.errors import BudgetExceededError
 from dpsynth.privacy.events import PldAccountant, event_from_json, event_to_json, rdp_epsilon
 from dpsynth.privacy.mechanisms import Mechanism
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.stops import raise_if_stop_requested
 
 FORMAT = "dpsynth.privacy-ledger/1"
 
@@ -175,6 +176,7 @@ class PrivacyLedger:
         replayed = self._replayed(stage, event)
         if replayed is not None:
             return replayed.charge
+        raise_if_stop_requested()  # a stop whose KeyboardInterrupt was lost: no more releases
         charge = Charge(stage, event, mechanism, sensitivity, noise_scale)
         self._commit(charge)
         return charge
@@ -186,6 +188,7 @@ class PrivacyLedger:
         so that a seeded stream stays where an uninterrupted run would have it."""
         replayed = self._replayed(stage, mechanism.event)
         if replayed is None:
+            raise_if_stop_requested()
             self._commit(Charge(stage, mechanism.event, mechanism.kind, mechanism.sensitivity,
                                 mechanism.noise_scale))
         answer = mechanism._release(values, noise)

@@ -1,0 +1,41 @@
+"""Stopping a run on a signal: Ctrl-C (SIGINT) and SIGTERM (what `timeout`, Slurm and
+Kubernetes send) both raise KeyboardInterrupt where the main thread is.
+
+Python drops an exception raised inside some callbacks (a weakref callback run during an
+import prints "KeyboardInterrupt ignored in ..." and carries on), so the request is also
+remembered, and the ledger honours it before its next charge: once a stop is asked for,
+nothing more is released, even when the first KeyboardInterrupt was lost.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_requested = threading.Event()
+
+
+def raise_if_stop_requested() -> None:
+    """Raise KeyboardInterrupt when a signal asked the run to stop."""
+    if _requested.is_set():
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def signals_stop_the_run() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM stop the run (and stay asked for until it ends)."""
+    def interrupt(signum: int, frame: object) -> None:
+        _requested.set()
+        raise KeyboardInterrupt
+
+    _requested.clear()
+    previous = {signum: signal.signal(signum, interrupt)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _requested.clear()
