@@ -96,6 +96,17 @@ def test_a_command_line_seed_outside_31_bits_is_refused(tmp_path, capsys, seed):
     assert "--seed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", [["--seed", "-1"], ["--seed", "5000000000"],
+                                    ["--next-token-steps", "0"]])
+def test_eval_refuses_a_seed_or_step_count_out_of_range(tmp_path, capsys, option):
+    (tmp_path / "s.csv").write_text("text,label\nthe parcel is late,shipping\n")
+    code = run_cli("eval", "--synthetic", str(tmp_path / "s.csv"), "--real-test",
+                   str(tmp_path / "s.csv"), *option)
+    err = capsys.readouterr().err
+    assert code == 2 and option[0] in err and "Traceback" not in err
+    assert not (tmp_path / "eval").exists()
+
+
 def test_a_negative_generator_seed_is_a_config_error():
     """numpy refuses a negative seed (the pool generator's) half way through a run."""
     from dpsynth.config import parse_config

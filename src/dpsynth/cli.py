@@ -69,13 +69,17 @@ def _load(config: Path | None, seed: int | None, output: Path | None) -> RunConf
     cfg = load_config(config)
     updates: dict[str, object] = {}
     if seed is not None:
-        if not 0 <= seed < 2**31:  # model_copy below does not validate: check it here
-            raise typer.BadParameter(f"{seed} is outside [0, 2^31), the range every "
-                                     "library's seed takes", param_hint="--seed")
-        updates["seed"] = seed
+        updates["seed"] = _check_seed(seed)  # model_copy below does not validate: check here
     if output is not None:
         updates["output"] = cfg.output.model_copy(update={"dir": output})
     return cfg.model_copy(update=updates)
+
+
+def _check_seed(seed: int) -> int:
+    if not 0 <= seed < 2**31:
+        raise typer.BadParameter(f"{seed} is outside [0, 2^31), the range every "
+                                 "library's seed takes", param_hint="--seed")
+    return seed
 
 
 def _check_level(level: str) -> str:
@@ -185,6 +189,11 @@ def evaluate(
     from dpsynth.evaluate.next_token import NextTokenConfig
 
     setup_logging(_check_level(log_level))
+    _check_seed(seed)
+    if next_token and next_token_steps < 1:
+        raise typer.BadParameter(f"{next_token_steps} is not a number of steps (1 or more; "
+                                 "--no-next-token skips the metric)",
+                                 param_hint="--next-token-steps")
     if classifier not in ("logistic", "finetune"):
         raise typer.BadParameter(f"'{classifier}' is not one of logistic, finetune",
                                  param_hint="--classifier")
