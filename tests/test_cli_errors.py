@@ -107,6 +107,18 @@ def test_eval_refuses_a_seed_or_step_count_out_of_range(tmp_path, capsys, option
     assert not (tmp_path / "eval").exists()
 
 
+def test_eval_refuses_label_sets_with_nothing_in_common(tmp_path, capsys):
+    """Names on one side and codes on the other would score 0 and say nothing; the test
+    split's labels are private, so only the synthetic set's are named."""
+    (tmp_path / "s.csv").write_text("text,label\nthe parcel is late,shipping\nrefund,billing\n")
+    (tmp_path / "t.csv").write_text("text,label\nmy parcel,1\nmy refund,0\n")
+    assert run_cli("eval", "--synthetic", str(tmp_path / "s.csv"), "--real-test",
+                   str(tmp_path / "t.csv"), "--no-next-token", "--no-mauve") == 2
+    line = one_line_error(capsys)
+    assert "none of its labels (billing, shipping)" in line and "t.csv" in line
+    assert "'1'" not in line and "(0" not in line
+
+
 def test_a_negative_generator_seed_is_a_config_error():
     """numpy refuses a negative seed (the pool generator's) half way through a run."""
     from dpsynth.config import parse_config

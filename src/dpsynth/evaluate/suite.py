@@ -67,6 +67,18 @@ class EvalConfig(BaseModel):
         "all the same")
 
 
+def _refuse_disjoint_labels(synth: TextTable, test: TextTable) -> None:
+    """A synthetic set none of whose labels occurs in the real test split (names on one side,
+    codes on the other) would score 0 and say nothing: stop before embedding. Only the
+    synthetic labels are named; the test split's are private."""
+    if synth.labels is None or test.labels is None or set(synth.labels) & set(test.labels):
+        return
+    shown = sorted(set(synth.labels))
+    raise InputError(f"{synth.source}: none of its labels ({', '.join(shown[:10])}"
+                     f"{', ...' if len(shown) > 10 else ''}) is a label of {test.source}; "
+                     "label both files the same way (the same names, or the same codes)")
+
+
 def evaluate(synthetic: str | Path | TextTable, real_test: str | Path | TextTable,
              real_train: str | Path | TextTable | None = None,
              config: EvalConfig | None = None, embedder: Embedder | None = None,
@@ -76,6 +88,7 @@ def evaluate(synthetic: str | Path | TextTable, real_test: str | Path | TextTabl
     tables = [_table(t, config) if t is not None else None
               for t in (synthetic, real_test, real_train)]
     synth, test, train = tables
+    _refuse_disjoint_labels(synth, test)
     if embedder is None:
         from dpsynth.backends.factory import build_embedder
 
