@@ -119,6 +119,13 @@ def test_eval_refuses_label_sets_with_nothing_in_common(tmp_path, capsys):
     assert "'1'" not in line and "(0" not in line
 
 
+def test_declared_labels_may_be_numbers(tmp_path, capsys):
+    rows = [("the parcel is late", 1), ("refund my card", 0)] * 4
+    config = write_config(tmp_path, data={"labels": [0, 1]}, rows=rows)
+    main(["plan", str(config)])  # YAML numbers; the data's labels are read as text
+    assert "│ labels        │ 0, 1 " in capsys.readouterr().out
+
+
 def test_a_negative_generator_seed_is_a_config_error():
     """numpy refuses a negative seed (the pool generator's) half way through a run."""
     from dpsynth.config import parse_config

@@ -121,7 +121,7 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
     elif total:
         labels = run_plan.data.label_names  # the public label set, never a record
         rate = timing.measure(cfg.backends.generator, cfg.base_dir,
-                              labels[0] if labels else None)
+                              cfg.data.label_name(labels[0]) if labels else None)
         out.print(timing.describe(total, rate), soft_wrap=True)
 
 

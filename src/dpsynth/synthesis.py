@@ -24,6 +24,7 @@ from dpsynth.backends import Embedder, Generator, build_embedder, build_generato
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.counting import CountingGenerator
 from dpsynth.backends.health import check_backends
+from dpsynth.backends.label_names import with_label_names
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
 from dpsynth.data import read_table, write_table
@@ -122,9 +123,9 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
 
     (out / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
     backends = config.backends
-    generator = CountingGenerator(
+    generator = CountingGenerator(with_label_names(
         generator or build_generator(_seeded(backends.generator, seed),
-                                     base_dir=config.base_dir))
+                                     base_dir=config.base_dir), config.data.label_names))
     check_backends(generator=generator)  # before loading the embedder: fail fast
     embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
     check_backends(embedder=embedder)
@@ -133,7 +134,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
         generator.load_state_dict(resumed[2]["generator"])
     ctx = RunContext(private=run_plan.data, ledger=ledger, noise=noise,
                      embedder=embedder, generator=generator, checkpoints=store, seed=seed,
-                     plan=run_plan.budget,
+                     plan=run_plan.budget, label_names=config.data.label_names or {},
                      report=report, resumed=resumed[:2] if resumed else None,
                      allow_remote_embedding=backends.embedder.allow_remote_on_private)
     result = run_plan.recipe.run(ctx)

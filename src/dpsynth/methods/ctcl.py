@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends import Condition, build_trainable_lm
+from dpsynth.backends.label_names import with_label_names
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.toolbox import allocate, keep_produced
@@ -108,8 +109,9 @@ class Ctcl(Recipe):
             self._train(ctx, plan, state, assigned)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
-        generator = self._lm.generator(trained, self.params.temperature, self.params.top_p,
-                                       ctx.seed)
+        generator = with_label_names(  # conditioned on the names it was trained on
+            self._lm.generator(trained, self.params.temperature, self.params.top_p, ctx.seed),
+            ctx.label_names)
         conditions = self._conditions(ctx, state)
         texts, labels = keep_produced(generator.generate(conditions),
                                       [c.label for c in conditions])
@@ -153,7 +155,7 @@ class Ctcl(Recipe):
 
         p, lm, table = self.params, self._lm, state["topic_keywords"]
         sequences = training_sequences(ctx.private, lambda i, label, text: lm.document_ids(
-            label, table[assigned[i]] if assigned is not None else (), text))
+            ctx.label_name(label), table[assigned[i]] if assigned is not None else (), text))
         stage = plan.stage("training")
         config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
