@@ -254,10 +254,34 @@ def _mark_complete(config: RunConfig, outputs: RunOutputs, releases: int) -> Non
         "config": _comparable(config)}, indent=2))
 
 
-def _comparable(config: RunConfig) -> dict[str, Any]:
-    dumped = config.model_dump(mode="json")
-    dumped["output"].pop("dir", None)  # the same folder, however it was spelled
+RESCORING_SECTIONS = ("held_out",)
+"""Config sections that only score a finished run's output, on real records kept out of
+`data.path`: they release nothing and read no private record, so adding or changing one on a
+finished folder is not "another config". The rerun scores the output it has."""
+
+
+def _comparable(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+    """What must match for a folder's finished run to be this config's: everything that
+    reaches a release or the output (data, budget, recipe, backends, seed, output format)."""
+    dumped = config.model_dump(mode="json") if isinstance(config, RunConfig) else dict(config)
+    dumped["output"] = {k: v for k, v in dumped["output"].items()
+                        if k != "dir"}  # the same folder, however it was spelled
+    for section in RESCORING_SECTIONS:
+        dumped.pop(section, None)
     return dumped
+
+
+def _record_rescoring(config: RunConfig) -> None:
+    """A finished run rerun with a new `held_out`: config.json says what eval/ was scored on."""
+    path = config.output.dir / "config.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    now = config.model_dump(mode="json")
+    updated = {**recorded, **{k: now.get(k) for k in RESCORING_SECTIONS}}
+    if updated != recorded:
+        atomic_write_text(path, json.dumps(updated, indent=2))
 
 
 def _finished(config: RunConfig, journal: Journal) -> RunOutputs | None:
@@ -273,15 +297,15 @@ def _finished(config: RunConfig, journal: Journal) -> RunOutputs | None:
         raise InputError(f"{out}: its finished run's files are not as it left them "
                          f"({COMPLETE_FILE}, the release journal, {synthetic.name}); use a new "
                          "output folder")
-    now = _comparable(config)
-    changed = sorted(k for k in now.keys() | done["config"].keys()
-                     if now.get(k) != done["config"].get(k))
+    now, before = _comparable(config), _comparable(done["config"])
+    changed = sorted(k for k in now.keys() | before.keys() if now.get(k) != before.get(k))
     if changed:
         raise InputError(f"{out}: holds a finished run made with another config (it differs "
                          f"in {', '.join(changed)}); use a new output folder")
     table = read_table(synthetic, config.output.format)
     result = SyntheticSet(table["text"].tolist(),
                           table["label"].tolist() if "label" in table.columns else None)
+    _record_rescoring(config)
     log.info("this run is already complete; its outputs are in %s (nothing was run again)", out)
     return RunOutputs(synthetic, out / "privacy.json", out / "metrics.jsonl", result,
                       _journal_ledger(journal), already_complete=True)
