@@ -271,6 +271,14 @@ def _comparable(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     return dumped
 
 
+def _same(now: Any, before: Any) -> bool:
+    """Config values equal, a key one side lacks counting as None: a finished run recorded
+    before a newer dpsynth added an optional key (`data.label_names`) is the same run."""
+    if isinstance(now, dict) and isinstance(before, dict):
+        return all(_same(now.get(k), before.get(k)) for k in now.keys() | before.keys())
+    return now == before
+
+
 def _record_rescoring(config: RunConfig) -> None:
     """A finished run rerun with a new `held_out`: config.json says what eval/ was scored on."""
     path = config.output.dir / "config.json"
@@ -298,7 +306,8 @@ def _finished(config: RunConfig, journal: Journal) -> RunOutputs | None:
                          f"({COMPLETE_FILE}, the release journal, {synthetic.name}); use a new "
                          "output folder")
     now, before = _comparable(config), _comparable(done["config"])
-    changed = sorted(k for k in now.keys() | before.keys() if now.get(k) != before.get(k))
+    changed = sorted(k for k in now.keys() | before.keys() if not _same(now.get(k),
+                                                                       before.get(k)))
     if changed:
         raise InputError(f"{out}: holds a finished run made with another config (it differs "
                          f"in {', '.join(changed)}); use a new output folder")
