@@ -126,7 +126,11 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     generator = CountingGenerator(with_label_names(
         generator or build_generator(_seeded(backends.generator, seed),
                                      base_dir=config.base_dir), config.data.label_names))
-    check_backends(generator=generator)  # before loading the embedder: fail fast
+    if run_plan.recipe.uses_backend_generator:
+        check_backends(generator=generator)  # before loading the embedder: fail fast
+    elif backends.generator != GeneratorConfig():
+        log.warning("%s samples the LM it fine-tunes with DP: backends.generator is not used",
+                    config.recipe.name)
     embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
     check_backends(embedder=embedder)
     if resumed is not None and "generator" in resumed[2] and hasattr(generator,

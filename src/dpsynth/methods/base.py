@@ -117,6 +117,9 @@ class Recipe(ABC):
     Params: ClassVar[type[BaseModel]]
     one_record_per_unit: ClassVar[bool] = False
     """Recipes whose releases count one vote or one clipped gradient per unit need k = 1."""
+    uses_backend_generator: ClassVar[bool] = True
+    """False for recipes that sample a model of their own (ctcl, dpft: the DP fine-tuned LM):
+    `backends.generator` is then neither probed nor asked for anything."""
 
     def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
         self.params = params

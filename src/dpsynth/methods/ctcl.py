@@ -68,6 +68,7 @@ class CtclParams(LmTrainingParams):
 class Ctcl(Recipe):
     name: ClassVar[str] = "ctcl"
     one_record_per_unit: ClassVar[bool] = True
+    uses_backend_generator: ClassVar[bool] = False  # it samples the LM it trained
     Params: ClassVar[type[BaseModel]] = CtclParams
     params: CtclParams
     uses_topics: ClassVar[bool] = True
