@@ -113,7 +113,11 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
 
     cfg = run_plan.config
     total = sum(run_plan.recipe.expected_generations(run_plan.data).values())
-    if not measure:
+    if not run_plan.recipe.uses_backend_generator:
+        out.print(f"[dim]time estimate: none; {cfg.recipe.name}'s time is its DP training "
+                  "(recipe.params.steps), and --estimate-time times backends.generator, which "
+                  "it does not use[/dim]")
+    elif not measure:
         out.print("[dim]time estimate: `dpsynth plan --estimate-time` times one small batch "
                   "of the generator[/dim]")
     elif cfg.backends.generator.dry_run:
