@@ -174,7 +174,10 @@ def evaluate(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Folder for metrics.json and figures.json (default: eval/ beside "
         "the synthetic file).")] = None,
-    text_column: Annotated[str, typer.Option(help="Text column in every file.")] = "text",
+    text_column: Annotated[str, typer.Option(
+        help="Text column of the real files (and of the synthetic one, which is read by its "
+        "'text' and 'label' columns, as dpsynth run writes them, when it lacks these).")
+    ] = "text",
     label_column: Annotated[str, typer.Option(
         help="Label column; files without it are treated as unlabelled.")] = "label",
     next_token: Annotated[bool, typer.Option(

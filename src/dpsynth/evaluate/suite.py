@@ -85,8 +85,8 @@ def evaluate(synthetic: str | Path | TextTable, real_test: str | Path | TextTabl
              output: str | Path | None = None) -> EvalResult:
     """Read, embed and measure; with `output`, write metrics.json and figures.json there."""
     config = config or EvalConfig()
-    tables = [_table(t, config) if t is not None else None
-              for t in (synthetic, real_test, real_train)]
+    tables = [_synthetic_table(synthetic, config),
+              *(_table(t, config) if t is not None else None for t in (real_test, real_train))]
     synth, test, train = tables
     _refuse_disjoint_labels(synth, test)
     if embedder is None:
@@ -275,6 +275,25 @@ def _table(source: str | Path | TextTable, config: EvalConfig) -> TextTable:
     if isinstance(source, TextTable):
         return source
     return read_text_table(source, config.text_column, config.label_column)
+
+
+def _synthetic_table(source: str | Path | TextTable, config: EvalConfig) -> TextTable:
+    """The synthetic set; `dpsynth run` writes it with `text` and `label` columns whatever the
+    private data's were called, so those are read where the configured ones are missing."""
+    if isinstance(source, TextTable):
+        return source
+    from dpsynth.data import read_table
+
+    columns = set(read_table(Path(source)).columns)
+    text, label = config.text_column, config.label_column
+    if text not in columns and "text" in columns:
+        text = "text"
+    if label is not None and label not in columns and "label" in columns:
+        label = "label"
+    if (text, label) != (config.text_column, config.label_column):
+        log.info("%s: reading its columns '%s' and '%s', as dpsynth run writes them", source,
+                 text, label)
+    return read_text_table(source, text, label)
 
 
 def _describe(table: TextTable) -> dict:
