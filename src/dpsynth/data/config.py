@@ -58,14 +58,14 @@ class DataConfig(BaseModel):
         """`labels: [0, 1]` declares the labels a CSV column of 0s and 1s holds: the data's
         labels are read as text, so numbers here are too."""
         if isinstance(value, list | tuple):
-            return [_as_label(v) for v in value]
+            return [as_label(v) for v in value]
         return value
 
     @field_validator("label_names", mode="before")
     @classmethod
     def _number_keys_are_labels(cls, value: object) -> object:
         if isinstance(value, dict):
-            return {_as_label(k): v for k, v in value.items()}
+            return {as_label(k): v for k, v in value.items()}
         return value
 
     @field_validator("label_names")
@@ -118,7 +118,7 @@ class DataConfig(BaseModel):
         return self.max_records_per_user if self.user_column else 1
 
 
-def _as_label(value: object) -> object:
+def as_label(value: object) -> object:
     """An integer label (YAML `0`) as the text the data's column is read as (`'0'`)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
