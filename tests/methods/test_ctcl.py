@@ -153,7 +153,8 @@ def test_dpft_neither_uses_nor_probes_the_configured_generator(tmp_path, tickets
     down = GeneratorConfig(name="openai", base_url="http://127.0.0.1:9/v1", model="m",
                            http={"max_retries": 0, "timeout_s": 1})
     cfg = cfg.model_copy(update={"backends": BackendsConfig(generator=down)})
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("INFO"):
         outputs = run(cfg, embedder=HashEmbedder())
     assert outputs.result.texts
     assert "backends.generator is not used" in caplog.text
+    assert "DP fine-tuning: 2 of 2 steps done" in caplog.text  # no bar outside a terminal

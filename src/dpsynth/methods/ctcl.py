@@ -14,6 +14,7 @@ None; training's noise is calibrated so that everything composes to the budget b
 from __future__ import annotations
 
 import functools
+import logging
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -29,6 +30,8 @@ from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution, to_distribution
 from dpsynth.ops.topics import TopicModel, dp_topic_histogram
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+
+log = logging.getLogger(__name__)
 
 
 class LmTrainingParams(BaseModel):
@@ -169,10 +172,15 @@ class Ctcl(Recipe):
     def _checkpoints(self, ctx: RunContext, state: dict):
         from dpsynth.ops.training_state import TrainingCheckpoints
 
+        def committed(step: int) -> None:
+            ctx.save(step, {**state, "trained_steps": step})
+            # outside a terminal there is no progress bar: a long training is not silence
+            log.info("DP fine-tuning: %d of %d steps done, ε spent %.4g", step,
+                     self.params.steps, ctx.ledger.spent())
+
         return TrainingCheckpoints(
             ctx.checkpoints.folder / "training", self.params.checkpoint_every,
-            committed=lambda step: ctx.save(step, {**state, "trained_steps": step}),
-            resume_step=state["trained_steps"])
+            committed=committed, resume_step=state["trained_steps"])
 
     @functools.cached_property
     def _lm(self):
