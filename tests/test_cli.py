@@ -107,7 +107,13 @@ def test_plan_prints_public_facts_only(tmp_path, capsys):
 def test_plan_says_when_labels_are_codes(tmp_path, capsys):
     rows = ["text,label"] + [f"ticket {i},{i % 2}" for i in range(12)]
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
-    main(["plan", str(write_config(tmp_path, tmp_path / "d.csv", labels=["0", "1"]))])
-    assert "are codes" in capsys.readouterr().out
+    main(["plan", str(write_config(tmp_path, tmp_path / "d.csv", labels=[0, 1]))])
+    shown = capsys.readouterr().out
+    assert "are codes" in shown and "declare data.label_names" in shown.lower()
     main(["plan"])  # the bundled example's labels are names
     assert "are codes" not in capsys.readouterr().out
+    main(["plan", str(write_config(tmp_path, tmp_path / "d.csv", labels=[0, 1], label_names={
+        0: "everyday post", 1: "disaster report"}))])
+    shown = capsys.readouterr().out
+    assert "are codes" not in shown
+    assert "0 (everyday post), 1 (disaster report)" in shown

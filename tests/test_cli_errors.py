@@ -96,6 +96,36 @@ def test_a_command_line_seed_outside_31_bits_is_refused(tmp_path, capsys, seed):
     assert "--seed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", [["--seed", "-1"], ["--seed", "5000000000"],
+                                    ["--next-token-steps", "0"]])
+def test_eval_refuses_a_seed_or_step_count_out_of_range(tmp_path, capsys, option):
+    (tmp_path / "s.csv").write_text("text,label\nthe parcel is late,shipping\n")
+    code = run_cli("eval", "--synthetic", str(tmp_path / "s.csv"), "--real-test",
+                   str(tmp_path / "s.csv"), *option)
+    err = capsys.readouterr().err
+    assert code == 2 and option[0] in err and "Traceback" not in err
+    assert not (tmp_path / "eval").exists()
+
+
+def test_eval_refuses_label_sets_with_nothing_in_common(tmp_path, capsys):
+    """Names on one side and codes on the other would score 0 and say nothing; the test
+    split's labels are private, so only the synthetic set's are named."""
+    (tmp_path / "s.csv").write_text("text,label\nthe parcel is late,shipping\nrefund,billing\n")
+    (tmp_path / "t.csv").write_text("text,label\nmy parcel,1\nmy refund,0\n")
+    assert run_cli("eval", "--synthetic", str(tmp_path / "s.csv"), "--real-test",
+                   str(tmp_path / "t.csv"), "--no-next-token", "--no-mauve") == 2
+    line = one_line_error(capsys)
+    assert "none of its labels (billing, shipping)" in line and "t.csv" in line
+    assert "'1'" not in line and "(0" not in line
+
+
+def test_declared_labels_may_be_numbers(tmp_path, capsys):
+    rows = [("the parcel is late", 1), ("refund my card", 0)] * 4
+    config = write_config(tmp_path, data={"labels": [0, 1]}, rows=rows)
+    main(["plan", str(config)])  # YAML numbers; the data's labels are read as text
+    assert "│ labels        │ 0, 1 " in capsys.readouterr().out
+
+
 def test_a_negative_generator_seed_is_a_config_error():
     """numpy refuses a negative seed (the pool generator's) half way through a run."""
     from dpsynth.config import parse_config

@@ -100,3 +100,26 @@ def test_files_read_as_public_are_neither_the_private_data_nor_the_held_out(tmp_
            "recipe": {"name": "pe"}, "held_out": {"path": "held.csv"}, "backends": public}
     with pytest.raises(ConfigError, match="is or holds the private data"):
         parse_config(raw, "run.yaml", base_dir=tmp_path)
+
+
+def test_a_prompt_set_name_that_is_not_built_in_is_a_config_error():
+    """Found by `dpsynth plan`, not when an openai generator is built (or never, offline)."""
+    raw = {**BASE, "backends": {"generator": {"prompts": "classification"}}}
+    with pytest.raises(ConfigError, match=r"backends\.generator\.prompts: 'classification' "
+                                          r"is no built-in prompt set \(generic, mtsamples"):
+        parse_config(raw, "run.yaml")
+    for ok in ("mtsamples", "my_prompts.yaml", "prompts/mine.yml"):
+        parse_config({**BASE, "backends": {"generator": {"prompts": ok}}})
+
+
+def test_numeric_labels_may_key_dpga_keywords_as_they_key_label_names():
+    """YAML reads `0:` as a number; the data's labels are text: both mean the label '0'."""
+    from dpsynth.methods.registry import build_recipe
+
+    raw = {**BASE, "data": {"path": "d.csv", "label_column": "label", "labels": [0, 1],
+                            "label_names": {0: "calm post", 1: "disaster report"}},
+           "recipe": {"name": "dpga", "params": {"keywords": {0: ["calm"], 1: ["fire"]}}}}
+    config = parse_config(raw, "run.yaml")
+    assert config.data.labels == ["0", "1"]
+    assert config.data.label_names == {"0": "calm post", "1": "disaster report"}
+    assert build_recipe(config.recipe).params.keywords == {"0": ["calm"], "1": ["fire"]}

@@ -225,6 +225,48 @@ def test_rerunning_a_finished_run_says_it_is_complete_and_releases_nothing(
                                       "config (it differs in recipe)")
 
 
+def test_a_held_out_section_added_to_a_finished_run_scores_it_and_releases_nothing(
+        tmp_path, capsys, local_backends):
+    """held_out reads real records kept out of data.path and releases nothing: a finished
+    run rerun with it scores the output it has; data, budget or recipe still count as
+    another config."""
+    config = write_run_config(tmp_path, {"name": "offline"})
+    out = tmp_path / "out"
+    local_backends.append(RecordingGenerator())
+    assert cli("run", str(config), "--log-level", "error") == 0
+    before = {name: (out / name).read_bytes() for name in
+              ("privacy.json", "synthetic.csv", "checkpoints/releases.jsonl")}
+    capsys.readouterr()
+
+    marker = out / "checkpoints" / "complete.json"  # as an older dpsynth wrote it: without
+    done = json.loads(marker.read_text())  # keys added since (None by default)
+    del done["config"]["data"]["label_names"]
+    marker.write_text(json.dumps(done))
+    texts, labels = ticket_texts(40, seed=9)
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "held.csv", index=False)
+    raw = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**raw, "held_out": {"path": "held.csv"}}))
+    assert cli("run", str(config), "--log-level", "error") == 0  # no generator is built
+    captured = capsys.readouterr()
+    assert "this run is already complete" in captured.out
+    assert "worth:" in captured.out and "held.csv" in captured.out
+    assert captured.err == ""
+    assert {name: (out / name).read_bytes() for name in before} == before  # no release
+    assert (out / "eval" / "metrics.json").exists()
+    assert json.loads((out / "config.json").read_text())["held_out"]["path"] == "held.csv"
+
+    for section, change in [("budget", {"epsilon": 3.0}),
+                            ("recipe", {"name": "pe", "params": {**PE, "iterations": 2}}),
+                            ("data", {**raw["data"], "max_chars": 100})]:
+        config.write_text(yaml.safe_dump({**raw, "held_out": {"path": "held.csv"},
+                                          section: change}))
+        assert cli("run", str(config), "--log-level", "error") == 2
+        line = one_line(capsys.readouterr().err, f"error: {out}: ")
+        assert line.endswith("use a new output folder")
+        assert section == "budget" or f"(it differs in {section})" in line
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
 def test_the_api_returns_a_finished_runs_outputs(tmp_path, tickets):
     config = make_config(tmp_path, tickets, "pe", **PE)
     first = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -86,3 +87,25 @@ def test_the_timed_conditions_are_public(slow, tmp_path, capsys, monkeypatch):
 def test_a_dry_run_gets_no_estimate(slow, tmp_path, capsys):
     main(["plan", _config(tmp_path, dry_run=True), "--estimate-time"])
     assert "dry run" in capsys.readouterr().out and not slow.built
+
+
+def test_the_timed_label_is_asked_by_its_declared_name(slow, tmp_path, capsys, monkeypatch):
+    seen = []
+    monkeypatch.setattr(SlowGenerator, "generate",
+                        lambda self, conditions: seen.extend(conditions) or
+                        ["x"] * len(conditions))
+    raw = yaml.safe_load(Path(_config(tmp_path)).read_text())
+    raw["data"]["label_names"] = {"account": "a question about an account"}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    main(["plan", str(tmp_path / "run.yaml"), "--estimate-time"])
+    assert {c.label for c in seen} == {"a question about an account"}
+
+
+def test_recipes_that_sample_their_own_lm_time_nothing(slow, tmp_path, capsys):
+    raw = yaml.safe_load(Path(_config(tmp_path)).read_text())
+    raw["recipe"] = {"name": "dpft", "params": {"steps": 2}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    main(["plan", str(tmp_path / "run.yaml"), "--estimate-time"])
+    out = capsys.readouterr().out
+    assert "time estimate: none; dpft's time is its DP training" in out and not slow.built
+    assert "backends.generator is not used" in out

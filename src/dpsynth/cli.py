@@ -67,13 +67,17 @@ def _load(config: Path | None, seed: int | None, output: Path | None) -> RunConf
     cfg = load_config(config)
     updates: dict[str, object] = {}
     if seed is not None:
-        if not 0 <= seed < 2**31:  # model_copy below does not validate: check it here
-            raise typer.BadParameter(f"{seed} is outside [0, 2^31), the range every "
-                                     "library's seed takes", param_hint="--seed")
-        updates["seed"] = seed
+        updates["seed"] = _check_seed(seed)  # model_copy below does not validate: check here
     if output is not None:
         updates["output"] = cfg.output.model_copy(update={"dir": output})
     return cfg.model_copy(update=updates)
+
+
+def _check_seed(seed: int) -> int:
+    if not 0 <= seed < 2**31:
+        raise typer.BadParameter(f"{seed} is outside [0, 2^31), the range every "
+                                 "library's seed takes", param_hint="--seed")
+    return seed
 
 
 def _check_level(level: str) -> str:
@@ -107,7 +111,11 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
 
     cfg = run_plan.config
     total = sum(run_plan.recipe.expected_generations(run_plan.data).values())
-    if not measure:
+    if not run_plan.recipe.uses_backend_generator:
+        out.print(f"[dim]time estimate: none; {cfg.recipe.name}'s time is its DP training "
+                  "(recipe.params.steps), and --estimate-time times backends.generator, which "
+                  "it does not use[/dim]")
+    elif not measure:
         out.print("[dim]time estimate: `dpsynth plan --estimate-time` times one small batch "
                   "of the generator[/dim]")
     elif cfg.backends.generator.dry_run:
@@ -115,7 +123,7 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
     elif total:
         labels = run_plan.data.label_names  # the public label set, never a record
         rate = timing.measure(cfg.backends.generator, cfg.base_dir,
-                              labels[0] if labels else None)
+                              cfg.data.label_name(labels[0]) if labels else None)
         out.print(timing.describe(total, rate), soft_wrap=True)
 
 
@@ -164,7 +172,10 @@ def evaluate(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Folder for metrics.json and figures.json (default: eval/ beside "
         "the synthetic file).")] = None,
-    text_column: Annotated[str, typer.Option(help="Text column in every file.")] = "text",
+    text_column: Annotated[str, typer.Option(
+        help="Text column of the real files (and of the synthetic one, which is read by its "
+        "'text' and 'label' columns, as dpsynth run writes them, when it lacks these).")
+    ] = "text",
     label_column: Annotated[str, typer.Option(
         help="Label column; files without it are treated as unlabelled.")] = "label",
     next_token: Annotated[bool, typer.Option(
@@ -183,6 +194,11 @@ def evaluate(
     from dpsynth.evaluate.next_token import NextTokenConfig
 
     setup_logging(_check_level(log_level))
+    _check_seed(seed)
+    if next_token and next_token_steps < 1:
+        raise typer.BadParameter(f"{next_token_steps} is not a number of steps (1 or more; "
+                                 "--no-next-token skips the metric)",
+                                 param_hint="--next-token-steps")
     if classifier not in ("logistic", "finetune"):
         raise typer.BadParameter(f"'{classifier}' is not one of logistic, finetune",
                                  param_hint="--classifier")

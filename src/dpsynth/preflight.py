@@ -71,18 +71,25 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     table.add_row("recipe", cfg.recipe.name)
     table.add_row("privacy units", f"N = {ds.n_units} ({unit}-level, k = "
                                    f"{ds.records_per_unit} record(s) per unit)")
-    table.add_row("labels", ", ".join(ds.label_names) if ds.label_names else "none")
+    named = cfg.data.label_names or {}
+    table.add_row("labels", ", ".join(f"{label} ({named[label]})" if label in named else label
+                                      for label in ds.label_names) if ds.label_names else "none")
     table.add_row("budget", f"ε = {cfg.budget.epsilon:g}, δ = {plan.delta:.3g}"
                   + ("" if cfg.budget.delta is not None else "  (δ = 1/(N·ln N))"))
     table.add_row("embedder", cfg.backends.embedder.name)
-    table.add_row("generator", cfg.backends.generator.name)
+    table.add_row("generator", cfg.backends.generator.name if plan.recipe.uses_backend_generator
+                  else f"the LM {cfg.recipe.name} fine-tunes with DP (recipe.params.model); "
+                  "backends.generator is not used")
     table.add_row("output", f"{cfg.output.dir} ({cfg.output.format})")
     console.print(table)
-    if ds.label_names and all(_is_code(name) for name in ds.label_names):
-        console.print(f"[yellow]note:[/yellow] the labels ({', '.join(ds.label_names)}) are "
-                      "codes; a generator is asked for a text *of a label* by its name, and a "
-                      "code tells it nothing. Recode the label column to descriptive names "
-                      "(e.g. 'disaster report') and declare those in data.labels")
+    codes = [label for label in ds.label_names or () if _is_code(cfg.data.label_name(label))]
+    if codes and len(codes) == len(ds.label_names or ()):
+        example = ", ".join(f"{label}: ..." for label in codes[:2])
+        console.print(f"[yellow]note:[/yellow] the labels ({', '.join(codes)}) are codes; a "
+                      "generator is asked for a text *of a label* by its name, and a code "
+                      "tells it nothing. Declare data.label_names, a public name for each "
+                      f"({{{example}}}, e.g. 'disaster report'): generators are asked by the "
+                      "names and the output keeps the codes")
     console.print(plan_table(plan.budget, title=f"privacy plan: {cfg.recipe.name}"))
     calls = plan.recipe.expected_generations(ds)
     console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())

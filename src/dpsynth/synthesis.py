@@ -24,6 +24,7 @@ from dpsynth.backends import Embedder, Generator, build_embedder, build_generato
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.counting import CountingGenerator
 from dpsynth.backends.health import check_backends
+from dpsynth.backends.label_names import with_label_names
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
 from dpsynth.data import read_table, write_table
@@ -122,10 +123,14 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
 
     (out / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
     backends = config.backends
-    generator = CountingGenerator(
+    generator = CountingGenerator(with_label_names(
         generator or build_generator(_seeded(backends.generator, seed),
-                                     base_dir=config.base_dir))
-    check_backends(generator=generator)  # before loading the embedder: fail fast
+                                     base_dir=config.base_dir), config.data.label_names))
+    if run_plan.recipe.uses_backend_generator:
+        check_backends(generator=generator)  # before loading the embedder: fail fast
+    elif backends.generator != GeneratorConfig():
+        log.warning("%s samples the LM it fine-tunes with DP: backends.generator is not used",
+                    config.recipe.name)
     embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)
     check_backends(embedder=embedder)
     if resumed is not None and "generator" in resumed[2] and hasattr(generator,
@@ -133,7 +138,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
         generator.load_state_dict(resumed[2]["generator"])
     ctx = RunContext(private=run_plan.data, ledger=ledger, noise=noise,
                      embedder=embedder, generator=generator, checkpoints=store, seed=seed,
-                     plan=run_plan.budget,
+                     plan=run_plan.budget, label_names=config.data.label_names or {},
                      report=report, resumed=resumed[:2] if resumed else None,
                      allow_remote_embedding=backends.embedder.allow_remote_on_private)
     result = run_plan.recipe.run(ctx)
@@ -253,10 +258,42 @@ def _mark_complete(config: RunConfig, outputs: RunOutputs, releases: int) -> Non
         "config": _comparable(config)}, indent=2))
 
 
-def _comparable(config: RunConfig) -> dict[str, Any]:
-    dumped = config.model_dump(mode="json")
-    dumped["output"].pop("dir", None)  # the same folder, however it was spelled
+RESCORING_SECTIONS = ("held_out",)
+"""Config sections that only score a finished run's output, on real records kept out of
+`data.path`: they release nothing and read no private record, so adding or changing one on a
+finished folder is not "another config". The rerun scores the output it has."""
+
+
+def _comparable(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+    """What must match for a folder's finished run to be this config's: everything that
+    reaches a release or the output (data, budget, recipe, backends, seed, output format)."""
+    dumped = config.model_dump(mode="json") if isinstance(config, RunConfig) else dict(config)
+    dumped["output"] = {k: v for k, v in dumped["output"].items()
+                        if k != "dir"}  # the same folder, however it was spelled
+    for section in RESCORING_SECTIONS:
+        dumped.pop(section, None)
     return dumped
+
+
+def _same(now: Any, before: Any) -> bool:
+    """Config values equal, a key one side lacks counting as None: a finished run recorded
+    before a newer dpsynth added an optional key (`data.label_names`) is the same run."""
+    if isinstance(now, dict) and isinstance(before, dict):
+        return all(_same(now.get(k), before.get(k)) for k in now.keys() | before.keys())
+    return now == before
+
+
+def _record_rescoring(config: RunConfig) -> None:
+    """A finished run rerun with a new `held_out`: config.json says what eval/ was scored on."""
+    path = config.output.dir / "config.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    now = config.model_dump(mode="json")
+    updated = {**recorded, **{k: now.get(k) for k in RESCORING_SECTIONS}}
+    if updated != recorded:
+        atomic_write_text(path, json.dumps(updated, indent=2))
 
 
 def _finished(config: RunConfig, journal: Journal) -> RunOutputs | None:
@@ -272,15 +309,16 @@ def _finished(config: RunConfig, journal: Journal) -> RunOutputs | None:
         raise InputError(f"{out}: its finished run's files are not as it left them "
                          f"({COMPLETE_FILE}, the release journal, {synthetic.name}); use a new "
                          "output folder")
-    now = _comparable(config)
-    changed = sorted(k for k in now.keys() | done["config"].keys()
-                     if now.get(k) != done["config"].get(k))
+    now, before = _comparable(config), _comparable(done["config"])
+    changed = sorted(k for k in now.keys() | before.keys() if not _same(now.get(k),
+                                                                       before.get(k)))
     if changed:
         raise InputError(f"{out}: holds a finished run made with another config (it differs "
                          f"in {', '.join(changed)}); use a new output folder")
     table = read_table(synthetic, config.output.format)
     result = SyntheticSet(table["text"].tolist(),
                           table["label"].tolist() if "label" in table.columns else None)
+    _record_rescoring(config)
     log.info("this run is already complete; its outputs are in %s (nothing was run again)", out)
     return RunOutputs(synthetic, out / "privacy.json", out / "metrics.jsonl", result,
                       _journal_ledger(journal), already_complete=True)

@@ -142,3 +142,19 @@ def test_ctcl_killed_after_training_exports_without_training_again(tmp_path, tic
     assert stages.count("training") == 6  # no step trained twice
     assert resumed.result.texts
     assert not (cfg.output.dir / "checkpoints" / "training").exists()
+
+
+def test_dpft_neither_uses_nor_probes_the_configured_generator(tmp_path, tickets, tiny_lm,
+                                                               topics, caplog):
+    """It samples the LM it fine-tunes: a generator server that is down must not stop it."""
+    from dpsynth.backends.config import BackendsConfig, GeneratorConfig
+
+    cfg = config(tmp_path, tickets, "dpft", tiny_lm, topics, steps=2, n_output=6)
+    down = GeneratorConfig(name="openai", base_url="http://127.0.0.1:9/v1", model="m",
+                           http={"max_retries": 0, "timeout_s": 1})
+    cfg = cfg.model_copy(update={"backends": BackendsConfig(generator=down)})
+    with caplog.at_level("INFO"):
+        outputs = run(cfg, embedder=HashEmbedder())
+    assert outputs.result.texts
+    assert "backends.generator is not used" in caplog.text
+    assert "DP fine-tuning: 2 of 2 steps done" in caplog.text  # no bar outside a terminal

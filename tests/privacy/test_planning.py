@@ -67,6 +67,15 @@ def test_plan_table_lists_every_stage_and_the_total():
     assert f"{plan.stage('votes').noise_scale:.4g}" in text
 
 
+def test_plan_table_says_when_a_release_moves_several_counts():
+    """A PATE vote moves one count up and one down (L2 √2): "1" alone would understate it."""
+    plan = plan_budget(2.0, DELTA, [StageSpec("votes", "gaussian", 1.0, max_changed=2)],
+                       discretization=COARSE)
+    console = Console(width=160, record=True)
+    console.print(plan_table(plan))
+    assert "1 on 2 counts" in console.export_text()
+
+
 def test_calibrate_returns_the_smallest_safe_scale():
     from dpsynth.privacy import Laplace
     scale = calibrate(lambda b: Laplace(b).event, 0.5, 1e-9, discretization=COARSE)

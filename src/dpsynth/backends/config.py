@@ -77,8 +77,9 @@ class GeneratorConfig(BaseModel):
     seed: int | None = Field(None, ge=0,
                              description="sampling seed sent to / used by the backend")
     prompts: str = Field(
-        "generic", description="a built-in prompt set (generic, openreview, pubmed, "
-        "classification) or a path to your own YAML prompt file"
+        "generic", description="openai and hf: a built-in prompt set (generic, mtsamples, "
+        "openreview, pubmed) or a path to your own YAML prompt file (.yaml/.yml); the offline "
+        "and pool generators have no prompt"
     )
     batch_size: int = Field(8, gt=0, description="hf: prompts per forward batch")
     int8: bool = Field(False, description="offline: sample on int8 dynamic-quantised "
@@ -121,6 +122,21 @@ class GeneratorConfig(BaseModel):
     edit_strength: float = Field(
         0.3, ge=0, le=1, description="pool with edit: how far the editor moves a retrieved text"
     )
+
+    @field_validator("prompts")
+    @classmethod
+    def _a_known_prompt_set(cls, value: str) -> str:
+        """A name that is no built-in set is a typo, found here rather than when the generator
+        is built (or never, for a generator without prompts). Paths are checked on build."""
+        from dpsynth.backends.prompt_sets import builtin_prompt_sets
+
+        if Path(value).suffix in (".yaml", ".yml") or "/" in value or "\\" in value:
+            return value
+        if value not in builtin_prompt_sets():
+            raise ValueError(f"'{value}' is no built-in prompt set "
+                             f"({', '.join(builtin_prompt_sets())}); a file of your own "
+                             "ends in .yaml")
+        return value
 
     @field_validator("edit", mode="before")
     @classmethod

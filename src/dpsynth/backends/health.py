@@ -63,11 +63,13 @@ def last_error(backend: Any) -> str | None:
 
 
 def _unwrap(backend: Any) -> Any:
-    """The backend under the run's counting and caching wrappers."""
+    """The backend under the run's counting, caching and label-naming wrappers."""
     from dpsynth.backends.cache import CachedEmbedder, CachedGenerator
     from dpsynth.backends.counting import CountingGenerator
+    from dpsynth.backends.label_names import LabelNamedGenerator
 
-    while isinstance(backend, CountingGenerator | CachedGenerator | CachedEmbedder):
+    while isinstance(backend, CountingGenerator | CachedGenerator | CachedEmbedder
+                     | LabelNamedGenerator):
         backend = backend.inner
     editor = getattr(backend, "editor", None)  # a pool that edits what it retrieves
     if isinstance(editor, Generator) and editor.is_remote:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dpsynth.data.io import Format
 
@@ -24,6 +31,12 @@ class DataConfig(BaseModel):
         description="the public label domain; when omitted it is read from the private data "
         "and so treated as public",
     )
+    label_names: dict[str, str] | None = Field(
+        None,
+        description="public names for labels that are codes, e.g. {0: negative review, "
+        "1: positive review}: a generator is asked for a text of a label by this name (the "
+        "output keeps the codes); keys are labels of data.labels",
+    )
     user_column: str | None = Field(
         None, description="with a user column the unit of privacy is the user, not the record"
     )
@@ -39,6 +52,57 @@ class DataConfig(BaseModel):
     )
     min_examples_per_label: int = Field(2, ge=1)
 
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _numbers_are_labels(cls, value: object) -> object:
+        """`labels: [0, 1]` declares the labels a CSV column of 0s and 1s holds: the data's
+        labels are read as text, so numbers here are too."""
+        if isinstance(value, list | tuple):
+            return [as_label(v) for v in value]
+        return value
+
+    @field_validator("label_names", mode="before")
+    @classmethod
+    def _number_keys_are_labels(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {as_label(k): v for k, v in value.items()}
+        return value
+
+    @field_validator("label_names")
+    @classmethod
+    def _names_of_declared_labels(cls, names: dict[str, str] | None,
+                                  info: ValidationInfo) -> dict[str, str] | None:
+        """Keys are declared labels (config, public: safe to quote); names are non-empty and
+        no two labels are asked for by the same name."""
+        if names is None:
+            return None
+        declared = info.data.get("labels")
+        if declared is None:
+            raise ValueError("needs data.labels: declare the label set the names are for")
+        unknown = [k for k in names if k not in declared]
+        if unknown:
+            raise ValueError(f"'{unknown[0]}' is not a label of data.labels "
+                             f"[{', '.join(declared)}]")
+        blank = [k for k, v in names.items() if not v.strip()]
+        if blank:
+            raise ValueError(f"the name of label '{blank[0]}' is empty")
+        names = {k: v.strip() for k, v in names.items()}
+        seen: dict[str, str] = {}
+        for label in declared:
+            name = names.get(label, label)
+            if name in seen:
+                raise ValueError(f"labels '{seen[name]}' and '{label}' would both be asked "
+                                 f"for as '{name}'; give each label its own name")
+            seen[name] = label
+        return names
+
+    def label_name(self, label: str | None) -> str | None:
+        """The name a generator is asked for `label` by: its `label_names` entry, else the
+        label itself."""
+        if label is None or not self.label_names:
+            return label
+        return self.label_names.get(label, label)
+
     @model_validator(mode="after")
     def _dedupe_within_units(self) -> DataConfig:
         if self.duplicates == "drop" and self.user_column is None:
@@ -52,3 +116,10 @@ class DataConfig(BaseModel):
     def records_per_unit(self) -> int:
         """k: what one privacy unit may hold, fixed by the config, never read off the data."""
         return self.max_records_per_user if self.user_column else 1
+
+
+def as_label(value: object) -> object:
+    """An integer label (YAML `0`) as the text the data's column is read as (`'0'`)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value

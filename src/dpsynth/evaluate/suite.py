@@ -67,15 +67,28 @@ class EvalConfig(BaseModel):
         "all the same")
 
 
+def _refuse_disjoint_labels(synth: TextTable, test: TextTable) -> None:
+    """A synthetic set none of whose labels occurs in the real test split (names on one side,
+    codes on the other) would score 0 and say nothing: stop before embedding. Only the
+    synthetic labels are named; the test split's are private."""
+    if synth.labels is None or test.labels is None or set(synth.labels) & set(test.labels):
+        return
+    shown = sorted(set(synth.labels))
+    raise InputError(f"{synth.source}: none of its labels ({', '.join(shown[:10])}"
+                     f"{', ...' if len(shown) > 10 else ''}) is a label of {test.source}; "
+                     "label both files the same way (the same names, or the same codes)")
+
+
 def evaluate(synthetic: str | Path | TextTable, real_test: str | Path | TextTable,
              real_train: str | Path | TextTable | None = None,
              config: EvalConfig | None = None, embedder: Embedder | None = None,
              output: str | Path | None = None) -> EvalResult:
     """Read, embed and measure; with `output`, write metrics.json and figures.json there."""
     config = config or EvalConfig()
-    tables = [_table(t, config) if t is not None else None
-              for t in (synthetic, real_test, real_train)]
+    tables = [_synthetic_table(synthetic, config),
+              *(_table(t, config) if t is not None else None for t in (real_test, real_train))]
     synth, test, train = tables
+    _refuse_disjoint_labels(synth, test)
     if embedder is None:
         from dpsynth.backends.factory import build_embedder
 
@@ -262,6 +275,25 @@ def _table(source: str | Path | TextTable, config: EvalConfig) -> TextTable:
     if isinstance(source, TextTable):
         return source
     return read_text_table(source, config.text_column, config.label_column)
+
+
+def _synthetic_table(source: str | Path | TextTable, config: EvalConfig) -> TextTable:
+    """The synthetic set; `dpsynth run` writes it with `text` and `label` columns whatever the
+    private data's were called, so those are read where the configured ones are missing."""
+    if isinstance(source, TextTable):
+        return source
+    from dpsynth.data import read_table
+
+    columns = set(read_table(Path(source)).columns)
+    text, label = config.text_column, config.label_column
+    if text not in columns and "text" in columns:
+        text = "text"
+    if label is not None and label not in columns and "label" in columns:
+        label = "label"
+    if (text, label) != (config.text_column, config.label_column):
+        log.info("%s: reading its columns '%s' and '%s', as dpsynth run writes them", source,
+                 text, label)
+    return read_text_table(source, text, label)
 
 
 def _describe(table: TextTable) -> dict:

@@ -60,9 +60,17 @@ class RunContext:
     cache numbering already restored), or None for a fresh run."""
     allow_remote_embedding: bool = False
     """`backends.embedder.allow_remote_on_private`: the user's explicit opt-in."""
+    label_names: dict[str, str] = field(default_factory=dict)
+    """`data.label_names`: the public name a model is asked for each coded label by.
+    `generator` already asks by these names; a recipe that conditions a model of its own
+    (ctcl, dpft) names its labels with `label_name`."""
 
     _public_embeddings: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _voters: Voters | None = field(default=None, repr=False)
+
+    def label_name(self, label: str | None) -> str | None:
+        """The name a model is asked for `label` by (the label itself when none is declared)."""
+        return None if label is None else self.label_names.get(label, label)
 
     def embed_public(self, texts: list[str]) -> np.ndarray:
         """Embed public or synthetic texts, each distinct text once per run: elites carried
@@ -109,6 +117,9 @@ class Recipe(ABC):
     Params: ClassVar[type[BaseModel]]
     one_record_per_unit: ClassVar[bool] = False
     """Recipes whose releases count one vote or one clipped gradient per unit need k = 1."""
+    uses_backend_generator: ClassVar[bool] = True
+    """False for recipes that sample a model of their own (ctcl, dpft: the DP fine-tuned LM):
+    `backends.generator` is then neither probed nor asked for anything."""
 
     def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
         self.params = params

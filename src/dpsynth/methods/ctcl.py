@@ -14,6 +14,7 @@ None; training's noise is calibrated so that everything composes to the budget b
 from __future__ import annotations
 
 import functools
+import logging
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -22,12 +23,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends import Condition, build_trainable_lm
+from dpsynth.backends.label_names import with_label_names
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution, to_distribution
 from dpsynth.ops.topics import TopicModel, dp_topic_histogram
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+
+log = logging.getLogger(__name__)
 
 
 class LmTrainingParams(BaseModel):
@@ -67,6 +71,7 @@ class CtclParams(LmTrainingParams):
 class Ctcl(Recipe):
     name: ClassVar[str] = "ctcl"
     one_record_per_unit: ClassVar[bool] = True
+    uses_backend_generator: ClassVar[bool] = False  # it samples the LM it trained
     Params: ClassVar[type[BaseModel]] = CtclParams
     params: CtclParams
     uses_topics: ClassVar[bool] = True
@@ -108,8 +113,9 @@ class Ctcl(Recipe):
             self._train(ctx, plan, state, assigned)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
-        generator = self._lm.generator(trained, self.params.temperature, self.params.top_p,
-                                       ctx.seed)
+        generator = with_label_names(  # conditioned on the names it was trained on
+            self._lm.generator(trained, self.params.temperature, self.params.top_p, ctx.seed),
+            ctx.label_names)
         conditions = self._conditions(ctx, state)
         texts, labels = keep_produced(generator.generate(conditions),
                                       [c.label for c in conditions])
@@ -153,7 +159,7 @@ class Ctcl(Recipe):
 
         p, lm, table = self.params, self._lm, state["topic_keywords"]
         sequences = training_sequences(ctx.private, lambda i, label, text: lm.document_ids(
-            label, table[assigned[i]] if assigned is not None else (), text))
+            ctx.label_name(label), table[assigned[i]] if assigned is not None else (), text))
         stage = plan.stage("training")
         config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
@@ -166,10 +172,15 @@ class Ctcl(Recipe):
     def _checkpoints(self, ctx: RunContext, state: dict):
         from dpsynth.ops.training_state import TrainingCheckpoints
 
+        def committed(step: int) -> None:
+            ctx.save(step, {**state, "trained_steps": step})
+            # outside a terminal there is no progress bar: a long training is not silence
+            log.info("DP fine-tuning: %d of %d steps done, ε spent %.4g", step,
+                     self.params.steps, ctx.ledger.spent())
+
         return TrainingCheckpoints(
             ctx.checkpoints.folder / "training", self.params.checkpoint_every,
-            committed=lambda step: ctx.save(step, {**state, "trained_steps": step}),
-            resume_step=state["trained_steps"])
+            committed=committed, resume_step=state["trained_steps"])
 
     @functools.cached_property
     def _lm(self):

@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
+from dpsynth.data.config import as_label
 from dpsynth.methods.base import (
     IterativeRecipe,
     RunContext,
@@ -88,6 +89,12 @@ class DpgaParams(BaseModel):
                              "the paper's ablation")
     use_keywords: bool = Field(True, description="condition generations on the DP keywords; the "
                                "paper's ablation")
+
+    @field_validator("keywords", mode="before")
+    @classmethod
+    def _number_keys_are_labels(cls, value: object) -> object:
+        """`{0: [...], 1: [...]}` for labels 0 and 1, read as text like the data's labels."""
+        return {as_label(k): v for k, v in value.items()} if isinstance(value, dict) else value
 
 
 class Dpga(IterativeRecipe):

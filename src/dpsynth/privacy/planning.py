@@ -215,7 +215,8 @@ def plan_table(plan: BudgetPlan, title: str = "privacy plan") -> Table:
         table.add_column(column, justify="left" if column in ("stage", "mechanism") else "right")
     for stage in plan.stages:
         s = stage.spec
-        table.add_row(s.name, s.mechanism, f"{s.sensitivity:g}", str(s.compositions),
+        moved = f" on {s.max_changed} counts" if s.max_changed > 1 else ""  # kd's vote: L2 √2
+        table.add_row(s.name, s.mechanism, f"{s.sensitivity:g}{moved}", str(s.compositions),
                       f"{s.sampling_rate:g}", f"{stage.noise_scale:.4g}",
                       f"{stage.epsilon_alone:.4g}", f"{s.fraction:.0%}")
     table.add_row("total (PLD)", "", "", "", "", "", f"{plan.epsilon_composed:.4g}",

@@ -144,7 +144,7 @@ def _run(a: RunArtifacts, include_private: bool) -> str:
         rows = [("recipe", c.get("recipe", {}).get("name", "n/a")),
                 ("recipe params", json.dumps(c.get("recipe", {}).get("params", {}))),
                 ("budget ε", _num(c.get("budget", {}).get("epsilon"))),
-                ("generator", _backend(backends.get("generator", {}))),
+                ("generator", _generator(c)),
                 ("embedder", _backend(backends.get("embedder", {}))),
                 ("seed", _num(c.get("seed")))]
         parts.append(_table(["setting", "value"], rows))
@@ -164,6 +164,22 @@ def _run(a: RunArtifacts, include_private: bool) -> str:
     else:
         parts.append(_missing("usage", a))
     return "".join(parts)
+
+
+def _generator(config: dict) -> str:
+    """The configured generator, or what samples instead for a recipe that trains its own
+    (ctcl, dpft: backends.generator is unused there)."""
+    recipe = config.get("recipe", {}).get("name")
+    try:
+        from dpsynth.methods.registry import RECIPES
+
+        own = recipe in RECIPES and not RECIPES[recipe].uses_backend_generator
+    except (ImportError, AttributeError, TypeError):
+        own = False
+    if own:
+        model = config["recipe"].get("params", {}).get("model") or "the shipped offline LM"
+        return f"{model}, fine-tuned with DP by {recipe} (backends.generator unused)"
+    return _backend(config.get("backends", {}).get("generator", {}))
 
 
 def _backend(cfg: dict) -> str:

@@ -1,0 +1,115 @@
+"""`data.label_names`: labels that are codes are asked for by their public names, in every
+prompt and condition, while the synthetic set keeps the codes."""
+
+import pandas as pd
+import pytest
+
+from dpsynth.backends.base import Condition
+from dpsynth.backends.label_names import LabelNamedGenerator
+from dpsynth.config import parse_config
+from dpsynth.errors import ConfigError
+from dpsynth.synthesis import run
+from tests.methods.fakes import HashEmbedder, RecordingGenerator
+from tests.methods.test_recipes import PARAMS
+
+NAMES = {"billing": "0", "shipping": "1", "technical": "2", "account": "3"}
+CODES = {code: name for name, code in NAMES.items()}
+
+
+def coded_config(tmp_path, tickets, recipe, params=None, **data):
+    texts, labels = tickets
+    pd.DataFrame({"text": texts, "label": [int(NAMES[y]) for y in labels]}).to_csv(
+        tmp_path / "private.csv", index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": [0, 1, 2, 3],
+                    "label_names": {int(code): name for code, name in CODES.items()}, **data},
+           "budget": {"epsilon": 2.0}, "recipe": {"name": recipe,
+                                                  "params": params or PARAMS[recipe]},
+           "output": {"dir": str(tmp_path / "out")}, "seed": 5}
+    return parse_config(raw, "run.yaml", base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("recipe", sorted(PARAMS))
+def test_generators_are_asked_by_name_and_the_output_keeps_the_codes(tmp_path, tickets,
+                                                                      recipe):
+    generator = RecordingGenerator()
+    outputs = run(coded_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
+                  generator=generator)
+    sent = "\n".join(generator.inputs)
+    assert "label='billing'" in sent and "label='shipping'" in sent
+    for code in CODES:
+        assert f"label='{code}'" not in sent
+    synthetic = pd.read_csv(outputs.synthetic, dtype=str)
+    assert set(synthetic["label"]) <= set(CODES)
+    assert set(outputs.result.labels) <= set(CODES)
+
+
+def test_the_wrapper_names_every_operation():
+    generator = RecordingGenerator()
+    named = LabelNamedGenerator(generator, {"0": "billing"})
+    conditions = [Condition(label="0"), Condition(label="1"), Condition()]
+    named.generate(conditions)
+    named.rewrite(["a b", "c d", "e f"], conditions)
+    named.fill(["a _", "_ b", "c _"], conditions)
+    named.crossover([["a", "b"]] * 3, conditions)
+    sent = "\n".join(generator.inputs)
+    assert "label='0'" not in sent
+    assert sent.count("label='billing'") == 4 and sent.count("label='1'") == 4
+
+
+def test_label_names_are_checked_against_the_declared_labels(tmp_path, tickets):
+    def bad(names, **data):
+        with pytest.raises(ConfigError) as caught:
+            coded_config(tmp_path, tickets, "pe", label_names=names, **data)
+        return str(caught.value)
+
+    assert "run.yaml: data.label_names: '7' is not a label of data.labels" in bad({7: "x"})
+    assert "data.label_names: needs data.labels" in bad({0: "x"}, labels=None)
+    assert "the name of label '1' is empty" in bad({0: "billing", 1: "  "})
+    assert "would both be asked for as 'same'" in bad({0: "same", 1: "same"})
+    assert "would both be asked for as '2'" in bad({0: "2"})  # a name that is another label
+
+
+def test_a_label_without_a_name_is_asked_for_as_itself(tmp_path, tickets):
+    config = coded_config(tmp_path, tickets, "pe", label_names={0: "billing"})
+    assert config.data.label_names == {"0": "billing"}
+    assert config.data.label_name("0") == "billing" and config.data.label_name("3") == "3"
+
+
+def test_dp_lm_recipes_train_and_sample_on_the_names(tmp_path, tickets, tiny_lm, monkeypatch):
+    pytest.importorskip("opacus")
+    import dpsynth.methods.ctcl as ctcl
+
+    documents, conditions = [], []
+    real = ctcl.build_trainable_lm
+
+    def recording_lm(model):
+        lm = real(model)
+        document_ids, generator = lm.document_ids, lm.generator
+
+        def record_document(label, keywords, text):
+            documents.append(label)
+            return document_ids(label, keywords, text)
+
+        def record_generator(*args):
+            inner = generator(*args)
+            sample = inner.generate
+
+            def generate(batch):
+                conditions.extend(c.label for c in batch)
+                return sample(batch)
+
+            monkeypatch.setattr(inner, "generate", generate)
+            return inner
+
+        monkeypatch.setattr(lm, "document_ids", record_document)
+        monkeypatch.setattr(lm, "generator", record_generator)
+        return lm
+
+    monkeypatch.setattr(ctcl, "build_trainable_lm", recording_lm)
+    params = {"n_output": 12, "model": str(tiny_lm), "steps": 2, "batch_size": 32,
+              "max_length": 32}
+    outputs = run(coded_config(tmp_path, tickets, "dpft", params), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    assert documents and set(documents) <= set(NAMES)
+    assert conditions and set(conditions) <= set(NAMES)
+    assert set(outputs.result.labels) <= set(CODES)
