@@ -25,3 +25,21 @@ def test_minilm_is_local_normalised_and_deterministic(minilm):
 
 def test_minilm_empty_input(minilm):
     assert minilm.encode([]).shape == (0, 384)
+
+
+def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm, tmp_path):
+    """The run's embedder, the pool's and held-out scoring's load MiniLM once per process;
+    only the model is shared: private text embedded through one leaves nothing behind."""
+    import sqlite3
+
+    from dpsynth.backends.sentence_transformer import _loaded
+
+    run = build_embedder(EmbedderConfig(name="minilm", cache=tmp_path / "cache.sqlite"))
+    held_out = build_embedder(EmbedderConfig(name="minilm"))
+    assert run.inner._model is held_out._model is minilm._model
+    models = _loaded.cache_info().currsize
+    private = ["my card ending 4417 was charged twice"]
+    np.testing.assert_array_equal(run.encode_private(private), held_out.encode(private))
+    assert _loaded.cache_info().currsize == models
+    with sqlite3.connect(tmp_path / "cache.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone() == (0,)

@@ -133,3 +133,41 @@ def test_state_dict_resumes_the_sampling_stream(tiny_lm):
     resumed = OfflineGenerator(tiny_lm, seed=5)
     resumed.load_state_dict(first.state_dict())
     assert resumed.generate(cond) == expected
+
+
+def test_identity_keys_the_cache_on_the_weights_and_every_sampling_setting(tiny_lm, tmp_path):
+    """Generators that sample differently never share cached outputs; equal ones do, even
+    from a copy of the model folder elsewhere."""
+    import shutil
+
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from dpsynth.backends.cache import CachedGenerator, ContentCache
+
+    copy = shutil.copytree(tiny_lm, tmp_path / "copy")
+    retrained = shutil.copytree(tiny_lm, tmp_path / "retrained")
+    model = GPT2LMHeadModel.from_pretrained(retrained)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.01)  # same architecture and file sizes, other weights
+    model.save_pretrained(retrained)
+    cache = ContentCache(tmp_path / "cache.sqlite")
+    conds = [Condition(length=6)] * 3
+
+    def cached(folder, **settings):
+        return CachedGenerator(OfflineGenerator(folder, **{"seed": 3, **settings}), cache)
+
+    first = cached(tiny_lm)
+    texts = first.generate(conds)
+    again = cached(copy)
+    assert again.identity() == first.identity()
+    assert again.generate(conds) == texts and again.hits == len(conds)
+    variants = [cached(retrained), cached(tiny_lm, temperature=0.7),
+                cached(tiny_lm, top_p=0.8), cached(tiny_lm, label_guidance=1.5),
+                cached(tiny_lm, engine="int8"), cached(tiny_lm, engine="reference"),
+                cached(tiny_lm, seed=4)]
+    identities = [g.identity() for g in [first, *variants]]
+    assert all(identities.count(i) == 1 for i in identities)
+    for g in variants:
+        g.generate(conds)
+        assert (g.hits, g.misses) == (0, len(conds)), g.identity()

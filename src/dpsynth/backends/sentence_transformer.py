@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,17 +23,15 @@ class SentenceTransformerEmbedder(Embedder):
     def __init__(self, model_path: str | Path, batch_size: int = 64,
                  device: str | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
+        if importlib.util.find_spec("sentence_transformers") is None:
             raise InputError("local embedders need the 'local' extra: "
-                             "pip install -c constraints.txt 'dpsynth[local]'") from None
+                             "pip install -c constraints.txt 'dpsynth[local]'")
         if not Path(model_path).is_dir():
             raise InputError(f"{model_path}: no sentence-transformers model folder there "
                              "(hub names cannot be fetched offline; give a local path)")
         self.model_path = str(model_path)
         self.batch_size = batch_size
-        self._model = SentenceTransformer(self.model_path, device=device or "cpu")
+        self._model = _loaded(str(Path(model_path).resolve()), device or "cpu")
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.model_path!r})"
@@ -56,6 +56,16 @@ class SentenceTransformerEmbedder(Embedder):
             for s in track(starts, "embedding", total=len(starts))
         ]
         return np.ascontiguousarray(np.concatenate(chunks), dtype=np.float32)
+
+
+@functools.cache
+def _loaded(folder: str, device: str):
+    """The model of one folder on one device, loaded once per process: a run's embedder, its
+    pool generator's and held-out scoring's are the same model. Only the model is kept here,
+    never anything it embedded."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(folder, device=device)
 
 
 def minilm_path() -> Path:

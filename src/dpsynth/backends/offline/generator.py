@@ -25,7 +25,12 @@ import numpy as np
 from dpsynth.backends.base import Condition, Generator
 from dpsynth.backends.offline import format as fmt
 from dpsynth.backends.offline.keywords import KeywordExtractor
-from dpsynth.backends.offline.model import KEYWORDS_FILE, asset_dir, load_tokenizer
+from dpsynth.backends.offline.model import (
+    KEYWORDS_FILE,
+    asset_dir,
+    folder_digest,
+    load_tokenizer,
+)
 from dpsynth.backends.offline.sampling import (
     Request,
     Segment,
@@ -115,6 +120,9 @@ class OfflineGenerator(Generator):
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
         self.label_guidance = label_guidance
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
+        self._identity = {"backend": "offline", "model": folder_digest(folder),
+                          "temperature": temperature, "top_p": top_p,
+                          "label_guidance": label_guidance, "engine": engine, "seed": seed}
         self._calls = 0
         self.tokenizer = load_tokenizer(folder)
         self.model = GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float32).eval()
@@ -123,6 +131,11 @@ class OfflineGenerator(Generator):
         self.classes = TokenClasses(self.tokenizer)
         kw_path = folder / KEYWORDS_FILE
         self.keywords = KeywordExtractor.load(kw_path) if kw_path.is_file() else None
+
+    def identity(self) -> dict[str, object]:
+        """The folder's content digest and every setting that changes what is sampled; the
+        seed as given (None when unseeded, as for the hf generator)."""
+        return dict(self._identity)
 
     # ------------------------------------------------------------ plumbing
 

@@ -55,6 +55,8 @@ class TokenClasses:
         spaces = ("Ġ", "Ċ", "ĉ")
         self.is_space = torch.tensor([bool(p) and not p.strip("".join(spaces)) for p in pieces])
         self.lead_space = torch.tensor([p.startswith(spaces) for p in pieces]) & ~self.is_space
+        self.starts_word = self.lead_space | self.is_space
+        """Tokens that start a word after a text token (whitespace too: a word follows it)."""
         text_ends = (".", "!", "?", '."', '!"', '?"', ".'", ".)")
         self.sentence_end = torch.tensor([p.endswith(text_ends) for p in pieces])
         self.special = torch.zeros(vocab, dtype=torch.bool)
@@ -89,6 +91,83 @@ def _combine(logits: torch.Tensor, b: int, guided: bool, guidance: float) -> tor
     return contrast + guidance * (cond - contrast)
 
 
+class _Rows:
+    """The length control of a batch's rows: each row's word budgets and what it has written
+    so far. Both engines ban, end and count tokens through it; `sample` drops finished rows
+    from it (`keep`), the reference runs every row to the end."""
+
+    PER_ROW = ("min_w", "target", "max_w", "n_segments", "end_token", "max_tokens", "seg",
+               "words", "seg_tokens", "after_space", "last_ended_sentence", "done")
+
+    def __init__(self, requests: Sequence[Request], classes: TokenClasses,
+                 context: int) -> None:
+        b, nseg = len(requests), max(len(r.segments) for r in requests)
+
+        def table(attr: str, pad: float) -> torch.Tensor:
+            return torch.tensor([[float(getattr(s, attr)) for s in r.segments]
+                                 + [pad] * (nseg - len(r.segments)) for r in requests])
+
+        self.classes = classes
+        self.min_w, self.target = table("min_words", 0), table("target", 1e9)
+        self.max_w = table("max_words", 1e9)
+        self.n_segments = torch.tensor([len(r.segments) for r in requests])
+        self.end_token = torch.where(torch.tensor([r.fill for r in requests]), classes.sep,
+                                     classes.eos)
+        self.max_tokens = (3 * self.max_w + 8).clamp(max=context)  # stops runs of punctuation
+        self.seg = torch.zeros(b, dtype=torch.long)
+        self.words = torch.tensor([float(r.words_so_far) for r in requests])
+        self.seg_tokens = torch.zeros(b)
+        self.after_space = torch.ones(b, dtype=torch.bool)  # a segment starts at a word boundary
+        self.last_ended_sentence = torch.zeros(b, dtype=torch.bool)
+        self.done = torch.zeros(b, dtype=torch.bool)
+
+    def next_token(self, logits: torch.Tensor, temperature: float, top_p: float,
+                   generator: torch.Generator) -> torch.Tensor:
+        """One token per row, drawn under its segment's bans; the end token where the
+        segment must end, and for rows already done."""
+        c = self.classes
+        rows = torch.arange(len(self.seg))
+        s = self.seg.clamp(max=self.min_w.shape[1] - 1)
+        lo, tgt, hi = self.min_w[rows, s], self.target[rows, s], self.max_w[rows, s]
+        ban = c.special.expand(len(rows), -1).clone()
+        ban[rows, self.end_token] = self.words < lo  # the end token only once long enough
+        full = self.words >= hi  # no new word: after whitespace every token starts one
+        ban |= (full & self.after_space)[:, None] | (full[:, None] & c.starts_word[None, :])
+        force_end = ((self.words >= tgt) & self.last_ended_sentence) | self.done
+        force_end |= self.seg_tokens >= self.max_tokens[rows, s]
+        token = _draw(logits.masked_fill(ban, _NEG), temperature, top_p, generator)
+        return torch.where(force_end, self.end_token, token)
+
+    def advance(self, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Count each running row's token; returns the rows that ended a segment and those
+        that ended their last one (now done)."""
+        c = self.classes
+        ended = (token == self.end_token) & ~self.done
+        new_word = c.lead_space[token] | (self.after_space & ~c.is_space[token])
+        self.words = torch.where(ended, 0.0, self.words + new_word.float())
+        self.after_space = ended | c.is_space[token]
+        self.seg_tokens = torch.where(ended, 0.0, self.seg_tokens + 1)
+        self.last_ended_sentence = c.sentence_end[token] & ~ended
+        self.seg = self.seg + ended.long()
+        finished = ended & (self.seg >= self.n_segments)
+        self.done = self.done | finished
+        return ended, finished
+
+    def keep(self, rows: torch.Tensor) -> None:
+        for name in self.PER_ROW:
+            setattr(self, name, getattr(self, name)[rows])
+
+
+def _left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    valid = torch.zeros((len(prompts), width), dtype=torch.bool)
+    for i, p in enumerate(prompts):  # left padding keeps every row's next token aligned
+        ids[i, width - len(p):] = torch.tensor(p)
+        valid[i, width - len(p):] = True
+    return ids, valid
+
+
 @torch.inference_mode()
 def sample_reference(model, classes: TokenClasses, requests: Sequence[Request], *,
                      temperature: float, top_p: float, generator: torch.Generator,
@@ -102,65 +181,25 @@ def sample_reference(model, classes: TokenClasses, requests: Sequence[Request], 
     guided = guidance != 1.0 and any(r.contrast for r in requests)
     if guided:
         prompts += [r.contrast or r.prompt for r in requests]
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), classes.eos, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):  # left padding keeps every row's next token aligned
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+    ids, valid = _left_pad(prompts, classes.eos)
+    mask = valid.long()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    nseg = max(len(r.segments) for r in requests)
-
-    def table(attr: str, pad: float) -> torch.Tensor:
-        return torch.tensor([[float(getattr(s, attr)) for s in r.segments]
-                             + [pad] * (nseg - len(r.segments)) for r in requests])
-
-    min_w, target, max_w = table("min_words", 0), table("target", 1e9), table("max_words", 1e9)
-    n_segments = torch.tensor([len(r.segments) for r in requests])
-    end_token = torch.where(torch.tensor([r.fill for r in requests]), classes.sep, classes.eos)
-    max_tokens = (3 * max_w + 8).clamp(max=context)  # stops runs of punctuation
-    seg = torch.zeros(b, dtype=torch.long)
-    words = torch.tensor([float(r.words_so_far) for r in requests])
-    seg_tokens = torch.zeros(b)
-    after_space = torch.ones(b, dtype=torch.bool)  # a segment starts at a word boundary
-    last_ended_sentence = torch.zeros(b, dtype=torch.bool)
-    done = torch.zeros(b, dtype=torch.bool)
+    rows = _Rows(requests, classes, context)
     out: list[list[list[int]]] = [[[]] for _ in range(b)]
-    rows = torch.arange(b)
-    budget = context - width
 
     logits_out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                        use_cache=True)
     past = logits_out.past_key_values
     logits = _combine(logits_out.logits[:, -1, :].float(), b, guided, guidance)
-    for _ in range(max(0, budget)):
-        s = seg.clamp(max=nseg - 1)
-        lo, tgt, hi = min_w[rows, s], target[rows, s], max_w[rows, s]
-        ban = classes.special.expand(b, -1).clone()
-        ban[rows, end_token] = words < lo  # the segment's end token only once long enough
-        starts_word = classes.lead_space[None, :] | classes.is_space[None, :] | (
-            after_space[:, None] & ~classes.is_space[None, :])
-        ban |= (words >= hi)[:, None] & starts_word
-        logits = logits.masked_fill(ban, _NEG)
-        force_end = ((words >= tgt) & last_ended_sentence) | done
-        force_end |= seg_tokens >= max_tokens[rows, s]
-        token = _draw(logits, temperature, top_p, generator)
-        token = torch.where(force_end, end_token, token)
-        for i in torch.nonzero(~done).flatten().tolist():
-            if int(token[i]) != int(end_token[i]):
+    for _ in range(max(0, context - ids.shape[1])):
+        token = rows.next_token(logits, temperature, top_p, generator)
+        for i in torch.nonzero(~rows.done).flatten().tolist():
+            if int(token[i]) != int(rows.end_token[i]):
                 out[i][-1].append(int(token[i]))
-        ended = (token == end_token) & ~done
-        new_word = classes.lead_space[token] | (after_space & ~classes.is_space[token])
-        words = torch.where(ended, 0.0, words + new_word.float())
-        after_space = ended | classes.is_space[token]
-        seg_tokens = torch.where(ended, 0.0, seg_tokens + 1)
-        last_ended_sentence = classes.sentence_end[token] & ~ended
-        seg = seg + ended.long()
-        finished = ended & (seg >= n_segments)
+        ended, finished = rows.advance(token)
         for i in torch.nonzero(ended & ~finished).flatten().tolist():
             out[i].append([])
-        done |= finished
-        if bool(done.all()):
+        if bool(rows.done.all()):
             break
         mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=torch.long)], dim=1)
         positions = positions[:, -1:] + 1
@@ -175,16 +214,6 @@ def sample_reference(model, classes: TokenClasses, requests: Sequence[Request], 
 COMPACT_FRACTION = 8
 """Finished rows leave the batch once they are at least 1/8 of it (each removal copies the
 cache once)."""
-
-
-def _left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    valid = torch.zeros((len(prompts), width), dtype=torch.bool)
-    for i, p in enumerate(prompts):  # left padding keeps every row's next token aligned
-        ids[i, width - len(p):] = torch.tensor(p)
-        valid[i, width - len(p):] = True
-    return ids, valid
 
 
 @torch.inference_mode()
@@ -212,76 +241,35 @@ def sample(model, classes: TokenClasses, requests: Sequence[Request], *, tempera
     guided = [i for i, r in enumerate(requests) if guidance != 1.0 and r.contrast]
     ids, valid = _left_pad([r.prompt for r in requests]
                            + [requests[i].contrast for i in guided], classes.eos)
-    width = ids.shape[1]
-    nseg = max(len(r.segments) for r in requests)
-
-    def table(attr: str, pad: float) -> torch.Tensor:
-        return torch.tensor([[float(getattr(s, attr)) for s in r.segments]
-                             + [pad] * (nseg - len(r.segments)) for r in requests])
-
-    # per running row (the batch shrinks as rows finish; `act` maps back to requests)
-    act = torch.arange(b)
-    pair = torch.tensor(guided, dtype=torch.long)  # the request row of each contrast row
-    min_w, target, max_w = table("min_words", 0), table("target", 1e9), table("max_words", 1e9)
-    n_segments = torch.tensor([len(r.segments) for r in requests])
-    end_token = torch.where(torch.tensor([r.fill for r in requests]), classes.sep, classes.eos)
-    max_tokens = (3 * max_w + 8).clamp(max=context)  # stops runs of punctuation
-    seg = torch.zeros(b, dtype=torch.long)
-    words = torch.tensor([float(r.words_so_far) for r in requests])
-    seg_tokens = torch.zeros(b)
-    after_space = torch.ones(b, dtype=torch.bool)  # a segment starts at a word boundary
-    last_ended_sentence = torch.zeros(b, dtype=torch.bool)
-    done = torch.zeros(b, dtype=torch.bool)
-    budget = max(0, context - width)
+    rows = _Rows(requests, classes, context)
+    act = torch.arange(b)  # the request of each running row (the batch shrinks)
+    pair = torch.tensor(guided, dtype=torch.long)  # the running row of each contrast row
+    budget = max(0, context - ids.shape[1])
     record = torch.full((b, max(budget, 1)), -1, dtype=torch.long)
-    ends, finished = end_token.clone(), torch.zeros(b, dtype=torch.bool)
-    starts_after_text = classes.lead_space | classes.is_space  # word starts after a text token
+    ends, finished = rows.end_token.clone(), torch.zeros(b, dtype=torch.bool)
 
     decoder = Decoder(model, int8=int8)
     logits = decoder.logits(_guide(decoder.prefill(ids, valid), b, pair, guidance))
     for step in range(budget):
-        a = len(act)
-        rows = torch.arange(a)
-        s = seg.clamp(max=nseg - 1)
-        lo, tgt, hi = min_w[rows, s], target[rows, s], max_w[rows, s]
-        ban = classes.special.expand(a, -1).clone()
-        ban[rows, end_token] = words < lo  # the segment's end token only once long enough
-        full = words >= hi  # no new word: after whitespace every token starts one
-        ban |= (full & after_space)[:, None] | (full[:, None] & starts_after_text[None, :])
-        logits = logits.masked_fill(ban, _NEG)
-        force_end = ((words >= tgt) & last_ended_sentence) | done
-        force_end |= seg_tokens >= max_tokens[rows, s]
-        token = _draw(logits, temperature, top_p, generator)
-        token = torch.where(force_end, end_token, token)
-        running = ~done
+        token = rows.next_token(logits, temperature, top_p, generator)
+        running = ~rows.done
         record[act[running], step] = token[running]
-        ended = (token == end_token) & running
-        new_word = classes.lead_space[token] | (after_space & ~classes.is_space[token])
-        words = torch.where(ended, 0.0, words + new_word.float())
-        after_space = ended | classes.is_space[token]
-        seg_tokens = torch.where(ended, 0.0, seg_tokens + 1)
-        last_ended_sentence = classes.sentence_end[token] & ~ended
-        seg = seg + ended.long()
-        newly = ended & (seg >= n_segments)
+        _, newly = rows.advance(token)
         finished[act[newly]] = True
-        done = done | newly
-        n_done = int(done.sum())
+        a, n_done = len(act), int(rows.done.sum())
         if n_done == a or step == budget - 1:
             break
         fed = torch.cat([token, token[pair]])
         if n_done * COMPACT_FRACTION >= a:  # finished rows leave the batch
-            keep = torch.nonzero(~done).flatten()
+            keep = torch.nonzero(~rows.done).flatten()
             local = torch.full((a,), -1, dtype=torch.long)
             local[keep] = torch.arange(len(keep))
-            kept_pairs = torch.nonzero(~done[pair]).flatten()
+            kept_pairs = torch.nonzero(~rows.done[pair]).flatten()
             decoder.keep(torch.cat([keep, a + kept_pairs]))
             fed = fed[torch.cat([keep, a + kept_pairs])]
             pair = local[pair[kept_pairs]]
-            act, min_w, target, max_w = act[keep], min_w[keep], target[keep], max_w[keep]
-            n_segments, end_token, max_tokens = n_segments[keep], end_token[keep], max_tokens[keep]
-            seg, words, seg_tokens = seg[keep], words[keep], seg_tokens[keep]
-            after_space, last_ended_sentence = after_space[keep], last_ended_sentence[keep]
-            done = done[keep]
+            act = act[keep]
+            rows.keep(keep)
         logits = decoder.logits(_guide(decoder.step(fed), len(act), pair, guidance))
     return [_split(record[i], int(e), bool(f))
             for i, (e, f) in enumerate(zip(ends.tolist(), finished.tolist(), strict=True))]
