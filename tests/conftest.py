@@ -40,6 +40,13 @@ def tiny_inversion(tmp_path_factory, tiny_lm) -> tuple[Path, Path]:
 
 
 @pytest.fixture(autouse=True)
+def _private_embeddings_out_of_core(monkeypatch):
+    """Every test embeds private records onto an unlinked temporary file: the path a large set
+    takes in a real run (dpsynth.data.scratch), exercised on the small sets tests use."""
+    monkeypatch.setattr("dpsynth.data.scratch.IN_MEMORY_BYTES", 0)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_dpsynth_logger():
     """The CLI routes the `dpsynth` logger to its own handlers; give each test a clean one so
     caplog sees every record whatever ran before."""

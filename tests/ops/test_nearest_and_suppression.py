@@ -57,3 +57,18 @@ def test_without_suppression_order_is_by_votes():
     votes = np.array([1.0, 6.0, 3.0, 5.0, 2.0, 4.0])
     chosen, _ = select_distinct(votes, emb, n_select=6, tau=1.01)
     np.testing.assert_array_equal(chosen, [1, 3, 5, 2, 4, 0])
+
+
+def test_grouped_search_streams_rows_and_stays_within_groups(monkeypatch):
+    from dpsynth.ops.nearest import grouped_nearest
+
+    rng = np.random.default_rng(3)
+    voters, candidates = unit(rng.normal(size=(500, 8))), unit(rng.normal(size=(60, 8)))
+    voter_groups, candidate_groups = rng.integers(0, 4, 500), rng.integers(0, 3, 60)
+    expected = np.full(500, -1)
+    for g in range(3):  # group 3 has no candidate: its voters cast no vote
+        rows, pool = voter_groups == g, np.flatnonzero(candidate_groups == g)
+        expected[rows] = pool[np.argmax(voters[rows] @ candidates[pool].T, axis=1)]
+    monkeypatch.setattr("dpsynth.ops.nearest.STREAM_ROWS", 37)
+    found = grouped_nearest(voters, voter_groups, candidates, candidate_groups)
+    np.testing.assert_array_equal(found, expected)

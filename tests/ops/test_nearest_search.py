@@ -88,7 +88,7 @@ def test_voters_an_index_cannot_answer_get_the_exact_answer():
 
     rng = np.random.default_rng(3)
     voters, cands = _unit(rng, 50), _unit(rng, 200)
-    found = nearest._faiss_nearest(Faiss, voters, cands, "ivf")
+    found = nearest._faiss_searcher(Faiss, cands, "ivf")(voters)
     assert np.array_equal(found, nearest.nearest_indices(voters, cands))
 
 

@@ -13,9 +13,13 @@ from typing import Protocol
 
 import numpy as np
 
+from dpsynth.data.scratch import scratch_array
 from dpsynth.errors import InputError
 
 log = logging.getLogger(__name__)
+
+EMBED_BLOCK_ROWS = 4096
+"""Private texts per call to the embedder (a multiple of the usual batch sizes)."""
 
 
 class Access(StrEnum):
@@ -137,11 +141,15 @@ class PrivateDataset:
         """Each record's privacy unit, for ops that bound per-unit contributions."""
         return self._units.copy()
 
-    def embed(self, embedder: SupportsEncode, *, allow_remote: bool = False) -> np.ndarray:
+    def embed(self, embedder: SupportsEncode, *, allow_remote: bool = False,
+              block_rows: int = EMBED_BLOCK_ROWS,
+              in_memory_bytes: int | None = None) -> np.ndarray:
         """Embed the private texts, refusing a remote embedder unless explicitly allowed.
 
         Calls `encode_private`, which cache wrappers pass straight through: private
-        embeddings are never stored.
+        embeddings are never stored. Texts go to the embedder `block_rows` at a time, into a
+        `scratch_array` (out of core above `in_memory_bytes`), so the embeddings of a large
+        set never sit in RAM at once.
         """
         if getattr(embedder, "is_remote", True) and not allow_remote:
             raise InputError(
@@ -151,7 +159,13 @@ class PrivateDataset:
         if getattr(embedder, "is_remote", True):
             log.warning("private texts are being sent to a remote embedder (explicit opt-in)")
         encode = getattr(embedder, "encode_private", embedder.encode)
-        return encode(self.texts(Access.LOCAL_EMBEDDING))
+        texts = self.texts(Access.LOCAL_EMBEDDING)
+        first = encode(texts[:block_rows])  # its width is the embedder's dimension
+        out = scratch_array(len(texts), first.shape[1], in_memory_bytes)
+        out[: len(first)] = first
+        for start in range(block_rows, len(texts), block_rows):
+            out[start : start + block_rows] = encode(texts[start : start + block_rows])
+        return out
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> PrivateDataset:
         """The records at `indices`, still private, keeping the label set and units."""

@@ -89,7 +89,8 @@ class RunContext:
         return np.stack([self._public_embeddings[t] for t in texts])
 
     def embed_private(self, private: PrivateDataset | None = None) -> np.ndarray:
-        """Embed private texts (never cached; a remote embedder only with the opt-in)."""
+        """Embed private texts (never cached; a remote embedder only with the opt-in), out of
+        core on an unlinked temporary file when large (`dpsynth.data.scratch`)."""
         log.info("embedding the private records (once per run)")
         return (private or self.private).embed(self.embedder,
                                                 allow_remote=self.allow_remote_embedding)

@@ -19,6 +19,8 @@ it the privacy analysis, is the same whichever search runs (docs/privacy.md).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +28,10 @@ import numpy as np
 from dpsynth.data import Access, PrivateDataset
 
 BLOCK_ROWS = 2048
+"""Query rows per NumPy GEMM: the product block is BLOCK_ROWS x candidates floats."""
+STREAM_ROWS = 16_384
+"""Private rows read per step of a vote: with embeddings out of core (`dpsynth.data.scratch`)
+a vote holds this many rows of them in memory (a copy, for a label's rows), never all N."""
 SEARCHES = ("exact", "hnsw", "ivf")
 FAISS_MIN_CANDIDATES = 32_768
 """From this many candidates on, "exact" runs on faiss' flat index where faiss is installed:
@@ -34,23 +40,38 @@ candidates too. Below it the two run at the same speed (benchmarks/nn_vote.py)."
 HNSW_NEIGHBOURS = 32
 IVF_PROBE = 8
 
+Search = Callable[[np.ndarray], np.ndarray]
+"""A block of query rows -> the index of each row's nearest candidate."""
+
 
 def nearest_indices(queries: np.ndarray, candidates: np.ndarray,
                     search: str = "exact") -> np.ndarray:
     """For each query row, the index of the candidate with the highest cosine similarity
     (exactly, or as an approximate index finds it: see the module docstring).
 
-    On the NumPy path ties go to the lowest index, so the result is deterministic.
+    On the NumPy path ties go to the lowest index, so the result is deterministic. The queries
+    are read STREAM_ROWS at a time, so a memory-mapped array is never loaded whole.
     """
     _check_pair(queries, candidates)
+    find = searcher(candidates, search)
+    out = np.empty(len(queries), dtype=np.int64)
+    for start in range(0, len(queries), STREAM_ROWS):
+        block = queries[start : start + STREAM_ROWS]
+        out[start : start + len(block)] = find(block)
+    return out
+
+
+def searcher(candidates: np.ndarray, search: str = "exact") -> Search:
+    """The search over `candidates` (public): any index is built here, once per vote, and then
+    answers block after block of queries."""
     if search not in SEARCHES:
         raise ValueError(f"search={search!r}: one of {', '.join(SEARCHES)}")
     faiss = _faiss()
     if search != "exact" and faiss is None:
         raise ValueError(f"search={search!r} needs faiss: pip install 'dpsynth[dist]'")
     if faiss is not None and (search != "exact" or len(candidates) >= FAISS_MIN_CANDIDATES):
-        return _faiss_nearest(faiss, queries, candidates, search)
-    return _blocked_argmax(queries, candidates)
+        return _faiss_searcher(faiss, candidates, search)
+    return functools.partial(_blocked_argmax, candidates=candidates)
 
 
 def _faiss():
@@ -61,8 +82,7 @@ def _faiss():
     return faiss
 
 
-def _faiss_nearest(faiss, queries: np.ndarray, candidates: np.ndarray,
-                   search: str) -> np.ndarray:
+def _faiss_searcher(faiss, candidates: np.ndarray, search: str) -> Search:
     dim = candidates.shape[1]
     base = np.ascontiguousarray(candidates, dtype=np.float32)
     if search == "hnsw":
@@ -76,15 +96,16 @@ def _faiss_nearest(faiss, queries: np.ndarray, candidates: np.ndarray,
     else:
         index = faiss.IndexFlatIP(dim)
     index.add(base)
-    out = np.empty(len(queries), dtype=np.int64)
-    for start in range(0, len(queries), BLOCK_ROWS * 8):
-        block = np.ascontiguousarray(queries[start : start + BLOCK_ROWS * 8], dtype=np.float32)
-        _, found = index.search(block, 1)
-        out[start : start + len(block)] = found[:, 0]
-    lost = np.flatnonzero(out < 0)  # nothing found in the probed lists: the exact answer
-    if len(lost):
-        out[lost] = _blocked_argmax(queries[lost], candidates)
-    return out
+
+    def find(queries: np.ndarray) -> np.ndarray:
+        _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), 1)
+        out = found[:, 0].astype(np.int64)
+        lost = np.flatnonzero(out < 0)  # nothing found in the probed lists: the exact answer
+        if len(lost):
+            out[lost] = _blocked_argmax(queries[lost], candidates)
+        return out
+
+    return find
 
 
 def _blocked_argmax(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -121,15 +142,24 @@ def grouped_nearest(queries: np.ndarray, query_groups: np.ndarray | None,
                     candidates: np.ndarray, candidate_groups: np.ndarray | None,
                     search: str = "exact") -> np.ndarray:
     """Nearest candidate within the query's own group (its label), or -1 where the group has
-    no candidate. Without groups, the nearest over all candidates."""
+    no candidate. Without groups, the nearest over all candidates.
+
+    Each group's search is built once; the queries stream through STREAM_ROWS at a time, split
+    by group within the block, so no group's rows are gathered from the whole array."""
     if query_groups is None or candidate_groups is None:
         return nearest_indices(queries, candidates, search)
+    _check_pair(queries, candidates)
+    pools = {int(g): np.flatnonzero(candidate_groups == g) for g in np.unique(candidate_groups)}
+    finds = {g: searcher(candidates[pools[g]], search)
+             for g in map(int, np.unique(query_groups)) if g in pools}
     out = np.full(len(queries), -1, dtype=np.int64)
-    for group in np.unique(query_groups):
-        rows = np.flatnonzero(query_groups == group)
-        pool = np.flatnonzero(candidate_groups == group)
-        if len(pool):
-            out[rows] = pool[nearest_indices(queries[rows], candidates[pool], search)]
+    for start in range(0, len(queries), STREAM_ROWS):
+        block = queries[start : start + STREAM_ROWS]
+        groups = query_groups[start : start + len(block)]
+        for group, find in finds.items():
+            rows = np.flatnonzero(groups == group)
+            if len(rows):
+                out[start + rows] = pools[group][find(block[rows])]
     return out
 
 

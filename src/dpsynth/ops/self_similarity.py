@@ -24,8 +24,10 @@ from dpsynth.privacy.noise import NoiseSource
 
 
 def bucket_pair_similarities(embeddings: np.ndarray, texts: list[str], n_buckets: int,
-                             key: bytes) -> np.ndarray:
-    """One cosine similarity per bucket holding at least two units."""
+                             key: bytes, rows: np.ndarray | None = None) -> np.ndarray:
+    """One cosine similarity per bucket holding at least two units. `texts[i]` is the text of
+    embedding row `rows[i]` (row i without `rows`): only the paired rows are read, so an
+    out-of-core array is never gathered whole."""
     digests = [int.from_bytes(hashlib.blake2b(t.encode("utf-8"), key=key,
                                               digest_size=8).digest(), "big") for t in texts]
     digests_arr = np.asarray(digests, dtype=np.uint64)
@@ -35,6 +37,8 @@ def bucket_pair_similarities(embeddings: np.ndarray, texts: list[str], n_buckets
     for start in np.flatnonzero(np.r_[True, buckets[order][1:] != buckets[order][:-1]]):
         if start + 1 < len(order) and buckets[order[start]] == buckets[order[start + 1]]:
             a, b = order[start], order[start + 1]
+            if rows is not None:
+                a, b = rows[a], rows[b]
             # clipped: the sensitivity of 2 assumes cosines, whatever embedder is passed
             values.append(float(np.clip(embeddings[a] @ embeddings[b], -1.0, 1.0)))
     return np.asarray(values, dtype=np.float64)
@@ -48,8 +52,8 @@ def dp_self_similarity(private: PrivateDataset, private_embeddings: np.ndarray,
         raise ValueError(f"n_buckets must be >= 1, got {n_buckets}")
     texts = private.texts(Access.LEDGERED_OP)
     _, first = np.unique(private.unit_ids(), return_index=True)
-    values = bucket_pair_similarities(private_embeddings[first], [texts[i] for i in first],
-                                      n_buckets, noise.random_key())
+    values = bucket_pair_similarities(private_embeddings, [texts[i] for i in first],
+                                      n_buckets, noise.random_key(), rows=first)
     if mechanism.lower > -2.0 or mechanism.upper < 2.0:
         raise ValueError("the bucket-pair mean needs bounds covering [-2, 2]")
     return float(np.clip(ledger.release(stage, mechanism, values, noise), -1.0, 1.0))
