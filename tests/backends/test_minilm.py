@@ -43,3 +43,21 @@ def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm
     assert _loaded.cache_info().currsize == models
     with sqlite3.connect(tmp_path / "cache.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone() == (0,)
+
+
+def test_models_in_folders_of_the_same_name_never_share_a_cache_key(minilm, tmp_path):
+    """The bundled MiniLM keeps the key its shipped pool vectors are stored under; another
+    folder called `model` (here MiniLM's files plus one more) gets a key of its own."""
+    from dpsynth.backends.sentence_transformer import minilm_path
+
+    source = minilm_path()
+    copies = [tmp_path / "a" / "model", tmp_path / "b" / "model"]
+    for folder in copies:
+        folder.mkdir(parents=True)
+        for item in source.iterdir():
+            (folder / item.name).symlink_to(item)
+    (copies[1] / "NOTE.txt").write_text("retrained\n")
+    first, second = (build_embedder(EmbedderConfig(name="sentence-transformers",
+                                                   model=str(f))) for f in copies)
+    assert minilm.identity()["model"] == source.name
+    assert len({str(e.identity()) for e in (minilm, first, second)}) == 3

@@ -7,7 +7,6 @@ with blank lines, which is what a plain language model can continue.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 
 from dpsynth.backends.base import BackendError
 from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.fingerprint import folder_digest
 from dpsynth.backends.prompt_sets import ChatPrompt, PromptSet
 from dpsynth.backends.prompted import PromptedGenerator
 from dpsynth.errors import InputError
@@ -62,7 +62,7 @@ class HFGenerator(PromptedGenerator):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         model_cls = AutoModelForSeq2SeqLM if self.seq2seq else AutoModelForCausalLM
         self.model = model_cls.from_pretrained(path).to(cfg.device or "cpu").eval()
-        self._fingerprint = _fingerprint(path)
+        self._fingerprint = f"{path.name}:{folder_digest(path)}"
         self._batches = 0
         self._counts = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
@@ -134,12 +134,3 @@ class HFGenerator(PromptedGenerator):
         self._counts["prompt_tokens"] += int(batch["attention_mask"].sum())
         self._counts["completion_tokens"] += int((new != pad).sum())
         return [t.strip() for t in self.tokenizer.batch_decode(new, skip_special_tokens=True)]
-
-
-def _fingerprint(path: Path) -> str:
-    """The folder name plus a hash of its config and weight file sizes and names, so a
-    retrained model in the same folder does not reuse cached generations."""
-    parts = sorted(f"{p.name}:{p.stat().st_size}" for p in path.iterdir() if p.is_file())
-    config = path / "config.json"
-    blob = "|".join(parts) + (config.read_text(encoding="utf-8") if config.is_file() else "")
-    return f"{path.name}:{hashlib.sha256(blob.encode()).hexdigest()[:12]}"

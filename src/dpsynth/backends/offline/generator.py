@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.backends.base import Condition, Generator
+from dpsynth.backends.fingerprint import folder_digest
 from dpsynth.backends.offline import format as fmt
 from dpsynth.backends.offline.keywords import KeywordExtractor
 from dpsynth.backends.offline.model import (
     KEYWORDS_FILE,
     asset_dir,
-    folder_digest,
     load_tokenizer,
 )
 from dpsynth.backends.offline.sampling import (

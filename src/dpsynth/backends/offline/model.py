@@ -6,7 +6,6 @@ the input and output embeddings untied (opacus' ghost clipping refuses shared we
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from dpsynth.backends.offline.format import EOS
@@ -44,14 +43,3 @@ def load_tokenizer(folder: str | Path):
         raise ValueError(f"{folder}/{TOKENIZER_FILE}: has no {EOS} token; not an offline LM "
                          "tokenizer")
     return tok
-
-
-def folder_digest(folder: str | Path) -> str:
-    """A SHA-256 digest of the names and contents of a model folder's files: a cache key
-    that changes with the weights, tokenizer or keyword table, wherever the folder lies."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).iterdir() if p.is_file()):
-        with path.open("rb") as handle:
-            content = hashlib.file_digest(handle, "sha256").hexdigest()
-        digest.update(f"{path.name}:{content}\n".encode())
-    return digest.hexdigest()[:16]
