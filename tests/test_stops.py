@@ -330,6 +330,39 @@ def test_a_stop_whose_interrupt_was_lost_still_stops_the_next_release(signum):
     assert len(ledger.charges) == 2
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_repeated_signal_does_not_cut_short_the_written_spend():
+    """While a stopping run writes privacy.json a second Ctrl-C is held back (it would leave
+    the file behind the journal); the stop stays asked for. Off the main thread the block
+    installs nothing and still runs."""
+    import threading
+
+    from dp_accounting import dp_event
+
+    from dpsynth.privacy.ledger import PrivacyLedger
+    from dpsynth.stops import shielded, signals_stop_the_run
+
+    ledger = PrivacyLedger(2.0, 1e-5)
+    with signals_stop_the_run():
+        with shielded():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # not raised here
+            written = True
+        with pytest.raises(KeyboardInterrupt):
+            ledger.charge("vote", dp_event.GaussianDpEvent(10.0))
+    assert written and ledger.charges == []
+    ran = []
+
+    def elsewhere():
+        with signals_stop_the_run():
+            ran.append(True)
+
+    worker = threading.Thread(target=elsewhere)
+    worker.start()
+    worker.join()
+    assert ran == [True]
+
+
 class EmptyGenerator(RecordingGenerator):
     """A local generator that produces nothing usable (not remote: no health check)."""
 

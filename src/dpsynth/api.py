@@ -114,6 +114,7 @@ def synthesize(
     private text.
     """
     from dpsynth.preflight import make_plan
+    from dpsynth.stops import signals_stop_the_run
     from dpsynth.synthesis import run
 
     if log_level is not None and log_level.lower() not in LEVELS:
@@ -151,7 +152,8 @@ def synthesize(
             if temporary:
                 log.info("output folder: %s (temporary; delete it when done)", out)
             run_plan = make_plan(config, frame)
-            outputs = run(config, embedder=emb_obj, generator=gen_obj, run_plan=run_plan)
+            with signals_stop_the_run():
+                outputs = run(config, embedder=emb_obj, generator=gen_obj, run_plan=run_plan)
             report_path = _write_report(out) if report else None
     except BaseException as exc:
         if temporary:  # its releases are journaled there: a fresh call would spend again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +108,21 @@ class RunConfig(BaseModel):
     def _held_out_is_not_the_training_data(self) -> RunConfig:
         if self.held_out is not None and self.data.label_column is None:
             raise ValueError("held_out: needs data.label_column (it scores a classifier)")
-        if self.held_out is not None and (self._resolved(self.held_out.path).resolve()
-                                          == self._resolved(self.data.path).resolve()):
+        if self.held_out is not None and _same_file(self._resolved(self.held_out.path),
+                                                    self._resolved(self.data.path)):
             raise ValueError("held_out.path: is data.path; name records kept out of it")
         return self
 
     def _resolved(self, path: Path) -> Path:
         return path if path.is_absolute() or self.base_dir is None else self.base_dir / path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names (a link included); equal paths when either does not exist."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = None) -> RunConfig:

@@ -35,6 +35,7 @@ def make_plan(config: RunConfig, frame: pd.DataFrame | None = None) -> RunPlan:
     run on, and plan its budget: all before anything is released."""
     data = load_private(config.data, config.base_dir, frame)
     _refuse_a_pool_of_private_texts(config, data)
+    _refuse_a_held_out_of_private_texts(config, data)
     delta = resolve_delta(config.budget, data.n_units)
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)
@@ -55,6 +56,22 @@ def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> 
     if data.mostly_within(read_pool_texts(pool, generator.text_column, None)):
         raise ConfigError(f"backends.generator.path: {pool} holds the private texts (half or "
                           "more of them verbatim); a pool must be public text")
+
+
+def _refuse_a_held_out_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:
+    """The closing "worth" line scores held-out records; on the training records (a copy, a
+    link, a sample of them) it would be an un-noised training accuracy passed off as held-out
+    accuracy. Refused before anything is released."""
+    if config.held_out is None:
+        return
+    from dpsynth.evaluate.tables import read_text_table
+
+    path = config._resolved(config.held_out.path)
+    held = read_text_table(path, config.data.text_column, config.data.label_column,
+                           require_labels=True)
+    if data.mostly_covers(held.texts):
+        raise ConfigError(f"held_out.path: {path} holds private records (half or more of its "
+                          "texts are in data.path); name records kept out of the private data")
 
 
 def _is_code(label: str) -> bool:

@@ -4,7 +4,9 @@ Kubernetes send) both raise KeyboardInterrupt where the main thread is.
 Python drops an exception raised inside some callbacks (a weakref callback run during an
 import prints "KeyboardInterrupt ignored in ..." and carries on), so the request is also
 remembered, and the ledger honours it before its next charge: once a stop is asked for,
-nothing more is released, even when the first KeyboardInterrupt was lost.
+nothing more is released, even when the first KeyboardInterrupt was lost. While a stopping
+run writes down what it spent (`shielded`), a repeated signal is not raised: it would leave
+privacy.json behind the journal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _requested = threading.Event()
+_shielded = threading.Event()
 
 
 def raise_if_stop_requested() -> None:
@@ -25,10 +28,16 @@ def raise_if_stop_requested() -> None:
 
 @contextmanager
 def signals_stop_the_run() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM stop the run (and stay asked for until it ends)."""
+    """Within the block, SIGINT and SIGTERM stop the run (and stay asked for until it ends).
+    Off the main thread, where Python cannot set handlers, the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
     def interrupt(signum: int, frame: object) -> None:
         _requested.set()
-        raise KeyboardInterrupt
+        if not _shielded.is_set():
+            raise KeyboardInterrupt
 
     _requested.clear()
     previous = {signum: signal.signal(signum, interrupt)
@@ -39,3 +48,13 @@ def signals_stop_the_run() -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _requested.clear()
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """A block a signal must not cut short (the stopped run's spend being written)."""
+    _shielded.set()
+    try:
+        yield
+    finally:
+        _shielded.clear()

@@ -34,6 +34,7 @@ from dpsynth.preflight import RunPlan, make_plan
 from dpsynth.privacy.journal import Journal, JournalHeader, atomic_write_text
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.stops import shielded
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +224,11 @@ def _write_incomplete(ledger: PrivacyLedger, config: RunConfig, exc: BaseExcepti
     stopped = ("interrupted" if isinstance(exc, KeyboardInterrupt)
                else f"failed ({type(exc).__name__})")
     try:
-        _write_privacy(ledger, config, {
-            "complete": False, "stopped": stopped,
-            "note": "the run did not finish: this is what it spent, every release its "
-                    "journal recorded; run the same config again to resume"})
+        with shielded():
+            _write_privacy(ledger, config, {
+                "complete": False, "stopped": stopped,
+                "note": "the run did not finish: this is what it spent, every release its "
+                        "journal recorded; run the same config again to resume"})
     except Exception:  # never hide the error that stopped the run
         log.warning("could not write privacy.json for the stopped run", exc_info=True)
 
@@ -284,14 +286,15 @@ def _same(now: Any, before: Any) -> bool:
 
 
 def _record_rescoring(config: RunConfig) -> None:
-    """A finished run rerun with a new `held_out`: config.json says what eval/ was scored on."""
+    """A finished run rerun with a new `held_out`: config.json says what eval/ was scored on
+    (a rerun without one leaves the last scoring recorded, as eval/ still holds it)."""
     path = config.output.dir / "config.json"
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
     now = config.model_dump(mode="json")
-    updated = {**recorded, **{k: now.get(k) for k in RESCORING_SECTIONS}}
+    updated = {**recorded, **{k: now[k] for k in RESCORING_SECTIONS if now.get(k) is not None}}
     if updated != recorded:
         atomic_write_text(path, json.dumps(updated, indent=2))
 

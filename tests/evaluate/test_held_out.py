@@ -59,3 +59,23 @@ def test_held_out_must_be_other_records_with_labels(tmp_path):
                           "recipe": {"name": "pe"}, "held_out": {"path": "held.csv"}}
     with pytest.raises(ConfigError, match="needs data.label_column"):
         parse_config(raw_without_labels, "run.yaml", base_dir=tmp_path)
+
+
+def test_held_out_records_that_are_the_private_ones_are_refused(tmp_path):
+    """A link to the private file, a copy of it, or a sample of its records would make the
+    closing line a training accuracy: refused before anything is released."""
+    import os
+
+    from dpsynth.preflight import make_plan
+
+    table(10).to_csv(tmp_path / "private.csv", index=False)
+    os.link(tmp_path / "private.csv", tmp_path / "linked.csv")
+    with pytest.raises(ConfigError, match="held_out.path: is data.path"):
+        config(tmp_path, held_out={"path": "linked.csv"})
+    table(10).to_csv(tmp_path / "copy.csv", index=False)
+    table(10).iloc[::4].to_csv(tmp_path / "sample.csv", index=False)
+    for name in ("copy.csv", "sample.csv"):
+        with pytest.raises(ConfigError, match=f"held_out.path: .*{name} holds private"):
+            make_plan(config(tmp_path, held_out={"path": name}))
+    table(5, shift=100).to_csv(tmp_path / "held.csv", index=False)
+    assert make_plan(config(tmp_path, held_out={"path": "held.csv"})).data.n_units == 20

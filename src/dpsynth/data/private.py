@@ -129,6 +129,13 @@ class PrivateDataset:
         public = {t.strip() for t in public_texts}
         return 2 * sum(t.strip() in public for t in self._texts) >= len(self._texts)
 
+    def mostly_covers(self, texts: Iterable[str]) -> bool:
+        """Whether half or more of `texts` are private texts verbatim: a check that records
+        named as held out are not the private data (or a part of it). One bit, no count."""
+        private = {t.strip() for t in self._texts}
+        named = [t.strip() for t in texts]
+        return 2 * sum(t in private for t in named) >= len(named) > 0
+
     def label_codes(self, access: Access) -> np.ndarray:
         """Each record's label index into `label_names` (private: ledgered ops only)."""
         if self._label_codes is None:
