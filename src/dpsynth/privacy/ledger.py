@@ -116,7 +116,11 @@ class PrivacyLedger:
             raise ValueError(f"discretization must be in (0, 0.1], got {self.discretization}")
         recorded, self.charges = list(self.charges), []
         self._total = self._empty()
-        for charge in recorded:
+        total = self._compose_all(self._total, [c.event for c in recorded])
+        if total.epsilon(self.delta) <= self.epsilon and all(c.stage for c in recorded):
+            self._total, self.charges = total, recorded
+            return
+        for charge in recorded:  # over budget: charge one by one to name the release
             self._commit(charge)
 
     def _empty(self) -> _Composition:
@@ -128,11 +132,26 @@ class PrivacyLedger:
         except TypeError:  # events holding lists (ComposedDpEvent) are not hashable
             return _event_composition(event, self.discretization)
 
-    def _compose(self, base: _Composition, event: dp_event.DpEvent) -> _Composition:
+    def _compose(self, base: _Composition, event: dp_event.DpEvent, times: int = 1
+                 ) -> _Composition:
         part = self._event_composition(event)
-        return _Composition(base.pld.compose(part.pld),
-                            base.additive_delta + part.additive_delta,
+        pld = part.pld if times == 1 else part.pld.self_compose(times)
+        return _Composition(base.pld.compose(pld),
+                            base.additive_delta + times * part.additive_delta,
                             base.private and part.private)
+
+    def _compose_all(self, base: _Composition, events: Sequence[dp_event.DpEvent]
+                     ) -> _Composition:
+        """Compose many recorded events at once: composition is commutative, so each
+        distinct event is self-composed by its count (a training run's thousands of equal
+        steps cost one FFT power, not thousands of convolutions)."""
+        counts: dict[str, tuple[dp_event.DpEvent, int]] = {}
+        for event in events:
+            key = json.dumps(event_to_json(event), sort_keys=True)
+            counts[key] = (event, counts[key][1] + 1 if key in counts else 1)
+        for event, times in counts.values():
+            base = self._compose(base, event, times)
+        return base
 
     def _commit(self, charge: Charge) -> None:
         if not charge.stage:
@@ -225,9 +244,7 @@ class PrivacyLedger:
             stages.setdefault(charge.stage, []).append(charge)
         out = {}
         for stage, charges in stages.items():
-            total = self._empty()
-            for charge in charges:
-                total = self._compose(total, charge.event)
+            total = self._compose_all(self._empty(), [c.event for c in charges])
             out[stage] = {"releases": len(charges),
                           "mechanisms": sorted({c.mechanism for c in charges if c.mechanism}),
                           "epsilon_alone": _finite(total.epsilon(self.delta))}
