@@ -68,7 +68,11 @@ class GeneratorConfig(BaseModel):
 
     name: Literal["offline", "openai", "hf", "pool"] = "offline"
     model: str | None = None
-    base_url: str | None = None
+    base_url: str | list[str] | None = Field(
+        None, description="openai: the server, or a list of servers of the same model: "
+        "requests are spread over them (concurrency each), a failed one is retried on the "
+        "next, and the health check drops a dead one with a warning"
+    )
     api_key_env: str | None = None
     concurrency: int = Field(8, gt=0, description="openai: requests in flight at once")
     temperature: float = Field(1.0, ge=0)
@@ -136,6 +140,13 @@ class GeneratorConfig(BaseModel):
             raise ValueError(f"'{value}' is no built-in prompt set "
                              f"({', '.join(builtin_prompt_sets())}); a file of your own "
                              "ends in .yaml")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _some_servers(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and (not value or len(set(value)) != len(value)):
+            raise ValueError("a list of base URLs needs at least one, each once")
         return value
 
     @field_validator("edit", mode="before")
