@@ -173,6 +173,28 @@ class Voters:
     embeddings: np.ndarray
     labels: np.ndarray | None = None
 
+    @property
+    def has_labels(self) -> bool:
+        return self.labels is not None
+
+    def votes(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
+              search: str = "exact") -> np.ndarray:
+        """Each voter's nearest candidate of its own group (`grouped_nearest`), in record
+        order; a voter whose group has no candidate casts no vote."""
+        targets = grouped_nearest(self.embeddings, self.labels, candidates, candidate_groups,
+                                  search)
+        return targets[targets >= 0]
+
+    def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
+               search: str = "exact") -> np.ndarray:
+        """The un-noised vote histogram over the candidates (integers)."""
+        return np.bincount(self.votes(candidates, candidate_groups, search),
+                           minlength=len(candidates))
+
+    def close(self) -> None:
+        """Nothing to free: the embeddings go with this object (sharded voters stop their
+        workers here)."""
+
     def __reduce_ex__(self, protocol: object) -> object:
         raise TypeError("private voters must not reach a checkpoint, cache or worker")
 
