@@ -15,7 +15,7 @@ from dpsynth.backends.fingerprint import folder_digest
 from dpsynth.errors import InputError
 from dpsynth.progress import track
 
-PRIVATE_BATCH = 8
+PRIVATE_BATCH = 16
 """Rows of every batch of private texts: texts of one token count, topped up with copies."""
 
 
