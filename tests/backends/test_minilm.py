@@ -41,6 +41,8 @@ def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm
     private = ["my card ending 4417 was charged twice"]
     np.testing.assert_array_equal(run.encode_private(private),
                                   held_out.encode_private(private))
+    np.testing.assert_allclose(run.encode_uncached(private), held_out.encode(private),
+                               atol=1e-6)
     assert _loaded.cache_info().currsize == models
     with sqlite3.connect(tmp_path / "cache.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone() == (0,)

@@ -3,8 +3,8 @@
 Keys are SHA-256 digests of (backend identity, operation, inputs, sampling parameters, sample
 index), so the file holds no input text, only outputs: synthetic text and embeddings of public
 or synthetic text. Private text never reaches it: `CachedEmbedder.encode_private`, the path
-`PrivateDataset.embed` takes, goes straight to the wrapped embedder, and generators never see
-private text at all.
+`PrivateDataset.embed` takes, and `encode_uncached`, evaluation's path for real splits, go
+straight to the wrapped embedder, and generators never see private text at all.
 
 A generator is asked for the same thing many times on purpose (ten texts for one label), so
 each request gets a sample index: the number of times the same request was made before in
@@ -219,3 +219,6 @@ class CachedEmbedder(Embedder):
 
     def encode_private(self, texts: Sequence[str]) -> np.ndarray:
         return self.inner.encode_private(texts)
+
+    def encode_uncached(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.encode_uncached(texts)

@@ -4,9 +4,11 @@ Utility and fidelity compare the synthetic set with the real *test* split. The p
 diagnostics need the real *train* split (the private data the synthetic set came from) and
 are only computed when it is given; they are marked private-only everywhere they appear.
 
-Both real splits are real people's data, so both take the private path: `encode_private`
-(never cached) and no remote embedder without `allow_remote_on_private`. Only synthetic text
-goes through `encode`, and so into an embedding cache.
+Both real splits are real people's data, so both are kept out of every store:
+`encode_uncached` (batched, never cached; no vote depends on these vectors, so the exact but
+slower `encode_private` is not needed) and no remote embedder without
+`allow_remote_on_private`. Only synthetic text goes through `encode`, and so into an embedding
+cache.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def evaluate(synthetic: str | Path | TextTable, real_test: str | Path | TextTabl
         log.warning("real texts are being sent to a remote embedder (explicit opt-in)")
     started = time.perf_counter()
     embeddings = [embedder.encode(synth.texts),
-                  *(embedder.encode_private(t.texts) if t is not None else None
+                  *(embedder.encode_uncached(t.texts) if t is not None else None
                     for t in (test, train))]
     log.info("embedded %s records in %.1fs", "/".join(str(len(t)) for t in tables if t),
              time.perf_counter() - started)
