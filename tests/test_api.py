@@ -109,6 +109,17 @@ def test_a_hugging_face_dataset_in_gives_one_out(frame, tmp_path):
         synth(datasets.DatasetDict({"train": datasets.Dataset.from_pandas(frame)}))
 
 
+def test_numeric_labels_come_back_as_numbers(frame, tmp_path):
+    codes = {name: i for i, name in enumerate(LABELS)}
+    numbered = frame.assign(label=frame["label"].map(codes))
+    result = synth(numbered, labels=list(range(4)), output_dir=tmp_path / "declared")
+    assert result.data["label"].dtype == numbered["label"].dtype
+    assert set(result.data["label"]) <= set(range(4))
+    undeclared = synth(numbered, labels=None, output_dir=tmp_path / "read")
+    assert set(undeclared.data["label"]) <= set(range(4)) and len(undeclared.data) == 12
+    assert undeclared.data["label"].dtype == numbered["label"].dtype
+
+
 def test_unlabelled_data(frame, tmp_path):
     result = synth(frame[["text"]], label=None, labels=None, output_dir=tmp_path / "out")
     assert list(result.data.columns) == ["text"] and len(result.data) == 12

@@ -39,8 +39,9 @@ class SynthesisResult:
     where the run's files are."""
 
     data: Any
-    """The synthetic set: a pandas DataFrame (`text`, and `label` when the input had labels),
-    or a `datasets.Dataset` when the input was one."""
+    """The synthetic set: a pandas DataFrame (`text`, and `label` when the input had labels,
+    with an in-memory table's label values as it gave them), or a `datasets.Dataset` when the
+    input was one."""
     privacy: dict[str, Any]
     """The ledger's summary: `epsilon` spent (composed with the PLD accountant and
     recomputed from the recorded events), `epsilon_budget`, `delta`, `private` (False for a
@@ -160,8 +161,10 @@ def synthesize(
             _point_to_the_stopped_run(exc, out)
         raise
     synthetic = outputs.result
-    table = pd.DataFrame({"text": synthetic.texts}
-                         | ({"label": synthetic.labels} if synthetic.labels is not None else {}))
+    table = pd.DataFrame({"text": synthetic.texts})
+    if synthetic.labels is not None:
+        as_given = _labels_as_given(frame, label, labels)
+        table["label"] = [as_given.get(y, y) for y in synthetic.labels]
     if source_kind == "dataset":
         import datasets
 
@@ -172,6 +175,16 @@ def synthesize(
         files={"synthetic": outputs.synthetic, "privacy": outputs.privacy,
                "metrics": outputs.metrics, "log": out / "run.log"},
         ledger=outputs.ledger)
+
+
+def _labels_as_given(frame: pd.DataFrame | None, label: str | None,
+                     labels: list[Any] | None) -> dict[str, Any]:
+    """A run reads every label as text (`0` as `'0'`); an in-memory table gets its labels
+    back as it gave them: the declared values, else the column's own."""
+    given = list(labels or ())
+    if frame is not None and label in frame.columns:
+        given += frame[label].dropna().unique().tolist()
+    return {str(v).strip(): v for v in reversed(given)}
 
 
 def _point_to_the_stopped_run(exc: BaseException, out: Path) -> None:
