@@ -12,7 +12,8 @@ same downstream model (logistic regression on embeddings) and the same seeds. Ro
 - generator, no private data (lower bound): n texts from the offline generator conditioned on
   the public label names only;
 - each recipe at each ε: `dpsynth run` on a generated config (same generator, embedder and
-  seed), reading `synthetic.csv` and the generator calls (usage.json) from the run folder.
+  seed), reading `synthetic.csv` and the generator calls (usage.json) from the run folder;
+  `calls_per_kept` is generator calls per synthetic record kept (dpga's paper spends 41).
 
 A row that cannot run (no recipe yet, no generator) is written with its reason, never with a
 made-up number. Writes utility-DATASET.md and utility-DATASET.csv (mean ± std over seeds).
@@ -114,7 +115,9 @@ def main(argv: list[str] | None = None) -> None:
                                        test, test_emb,
                                        config=config.model_copy(update={"seed": seed}))
             metrics = {col: _get(result.metrics, path) for col, path in METRICS.items()}
-            metrics.update(wall_s=wall, generator_calls=produced.generator_calls,
+            calls = produced.generator_calls
+            metrics.update(wall_s=wall, generator_calls=calls,
+                           calls_per_kept=calls / len(produced.table) if calls else None,
                            **produced.reported)
             row.runs.append(metrics)
             print(f"{name} ε={row.epsilon} seed={seed}: accuracy "
@@ -243,7 +246,7 @@ def _majority(test: TextTable) -> str:
 
 
 def _write(rows: list[Row], args: argparse.Namespace, floor: str = "") -> None:
-    columns = [c for c in (*METRICS, "wall_s", "generator_calls", *REPORTED)
+    columns = [c for c in (*METRICS, "wall_s", "generator_calls", "calls_per_kept", *REPORTED)
                if any(not _all_nan(r, c) for r in rows)]
     records, lines = [], []
     header = ["row", "ε", "seeds", *columns, "note"]

@@ -66,6 +66,7 @@ def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashin
     assert upper["row"].startswith("real train") and upper["seeds"] == 2
     assert upper["accuracy_mean"] > 0.9 and upper["generator_calls_mean"] == 0
     assert lower["row"].startswith("generator") and lower["generator_calls_mean"] == 20
+    assert lower["calls_per_kept_mean"] == 1.0
     assert recipe["seeds"] == 0
     assert recipe["note"] == "not available: error: generator 'offline' missing"
     assert pd.isna(recipe["accuracy_mean"])
@@ -139,4 +140,5 @@ def test_a_finished_kept_run_is_scored_again_not_rerun(bench, tmp_path, monkeypa
     assert list(table["row"]) == ["real train (upper bound)", "dpga"]
     recipe = table.iloc[1]
     assert recipe["wall_s_mean"] == 123.5 and recipe["generator_calls_mean"] == 77
+    assert recipe["calls_per_kept_mean"] == 77 / 20
     assert recipe["accuracy_mean"] > 0.9
