@@ -1,5 +1,8 @@
 """pe's selection: the last draw holds each text once, in proportion to the noisy votes; its
-labels follow a DP label histogram by default."""
+labels follow a DP label histogram by default, and the private votes with `labels_from:
+votes`."""
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -8,7 +11,7 @@ import pytest
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.pe import PeParams, PrivateEvolution, _weighted_order
 from dpsynth.synthesis import run
-from tests.methods.fakes import HashEmbedder, RecordingGenerator
+from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator
 from tests.methods.test_recipes import make_config
 
 
@@ -55,3 +58,41 @@ def test_labels_follow_a_dp_label_histogram_by_default(tmp_path, tickets):
     config = make_config(tmp_path, tickets, "pe", label_fraction=PeParams().label_fraction)
     outputs = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
     assert (outputs.privacy.read_text().count('"label_histogram"')) >= 1
+
+
+class MisreadingGenerator(RecordingGenerator):
+    """Misreads every label it is asked for as the next one: its conditioning steers, but
+    to the wrong place, as a pool retrieving by a label's name may."""
+
+    def generate(self, conditions):
+        return super().generate(self._misread(conditions))
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        return super().rewrite(texts, self._misread(conditions), strength)
+
+    @staticmethod
+    def _misread(conditions):
+        labels = sorted(VOCAB)
+        return [dataclasses.replace(c, label=labels[(labels.index(c.label) + 1) % len(labels)])
+                for c in conditions]
+
+
+def _agreement(synthetic: pd.DataFrame) -> float:
+    """The share of samples whose label's words are the most frequent in their text."""
+    def words_of(text):
+        counts = {y: sum(w in VOCAB[y] for w in text.split()) for y in VOCAB}
+        return max(counts, key=counts.get)
+    return float(np.mean([words_of(t) == y for t, y in zip(synthetic["text"],
+                                                           synthetic["label"], strict=True)]))
+
+
+def test_labels_from_votes_follow_the_private_records_not_the_generator(tmp_path, tickets):
+    """With a generator that misreads labels, labels as generated disagree with the text;
+    taken from the votes, they agree with the words of the records that voted."""
+    agreement = {}
+    for source in ("generation", "votes"):
+        config = make_config(tmp_path, tickets, "pe", out=source, epsilon=8.0, n_samples=16,
+                             labels_from=source)
+        outputs = run(config, embedder=HashEmbedder(), generator=MisreadingGenerator())
+        agreement[source] = _agreement(pd.read_csv(outputs.synthetic))
+    assert agreement["generation"] < 0.2 and agreement["votes"] > 0.9

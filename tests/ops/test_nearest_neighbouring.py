@@ -59,17 +59,21 @@ def blocks(request, monkeypatch):
 
 
 @pytest.mark.parametrize("search", SEARCHES)
-@pytest.mark.parametrize("grouped", [False, True], ids=["vote_counts", "grouped_nearest"])
-def test_one_voter_moves_the_histogram_by_its_own_vote(search, grouped, blocks):
+@pytest.mark.parametrize("mode", ["vote_counts", "grouped_nearest", "labelled_cells"])
+def test_one_voter_moves_the_histogram_by_its_own_vote(search, mode, blocks):
     voters, labels, extra, cands, cand_labels = _setting()
 
     def votes(v, lab):
-        if grouped:
+        if mode == "grouped_nearest":
             return nearest.grouped_nearest(v, lab, cands, cand_labels, search)
+        if mode == "labelled_cells":
+            return nearest.Voters(v, lab).votes(cands, search=search, n_labels=LABELS)
         return nearest.nearest_indices(v, cands, search)
 
     def histogram(v, lab):
-        if grouped:
+        if mode == "labelled_cells":
+            return nearest.Voters(v, lab).counts(cands, search=search, n_labels=LABELS)
+        if mode == "grouped_nearest":
             return np.bincount(votes(v, lab), minlength=N_CANDIDATES).astype(np.float64)
         return nearest.vote_counts(v, cands, search)
 

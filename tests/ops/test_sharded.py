@@ -98,6 +98,8 @@ def test_sharded_counts_are_the_local_histogram(both, candidates):
     for search_groups in (groups, None):
         np.testing.assert_array_equal(remote.counts(embeddings, search_groups),
                                       local.counts(embeddings, search_groups))
+    np.testing.assert_array_equal(remote.counts(embeddings, n_labels=len(LABELS)),
+                                  local.counts(embeddings, n_labels=len(LABELS)))
     assert len(remote.votes(embeddings, groups)) == len(local.votes(embeddings, groups))
 
 

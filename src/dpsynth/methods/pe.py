@@ -7,15 +7,17 @@ compares against.
                S  = variation API (rewrite) of S'        — skipped after the last vote
     output S'
 
-Per label, as in DPGA: private records vote only for samples of their own label. Labels are
-allocated by a Laplace label histogram (`label_fraction` of the budget), or uniformly when
-`label_fraction` is 0. The last draw is without replacement: PE's output is a varied
-population, never one sample repeated, so the output holds each selected text once.
+Per label, as in DPGA: private records vote only for samples of their own label; with
+`labels_from: votes` they vote over all samples, each in its own label's cell, and a sample
+takes the label that voted for it most. Labels are allocated by a Laplace label histogram
+(`label_fraction` of the budget), or uniformly when `label_fraction` is 0. The last draw is
+without replacement: PE's output is a varied population, never one sample repeated, so the
+output holds each selected text once.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,7 +33,7 @@ from dpsynth.methods.base import (
 )
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
-from dpsynth.ops.voting import dp_nearest_votes
+from dpsynth.ops.voting import dp_labelled_votes, dp_nearest_votes
 from dpsynth.privacy.planning import StageSpec
 
 
@@ -49,6 +51,10 @@ class PeParams(BaseModel):
                                     "variation API) changes a text (0 to 1)")
     label_fraction: float = Field(0.1, ge=0, lt=1, description="budget share of a DP label "
                                   "histogram; 0 allocates labels uniformly")
+    labels_from: Literal["generation", "votes"] = Field(
+        "generation", description="a sample's label: the one it was generated for, or the "
+        "one whose private records voted for it most (records vote over every sample); for "
+        "generators whose label conditioning does not steer")
 
 
 class PrivateEvolution(IterativeRecipe):
@@ -95,9 +101,7 @@ class PrivateEvolution(IterativeRecipe):
         counts; S = variation of S' (after the last vote, S' is the output)."""
         p, groups = self.params, label_groups(ctx.private)
         texts, labels = state["texts"], state["labels"]
-        votes = dp_nearest_votes(ctx.voters(), ctx.embed_public(texts),
-                                 group_codes(groups, labels), ctx.plan.stage("voting").mechanism,
-                                 ctx.ledger, ctx.noise, ctx.private.records_per_unit)
+        votes, labels = self._vote(ctx, texts, labels, groups)
         weights = np.where(votes >= p.threshold, votes, 0.0)
         picked = self._resample(weights, labels, groups, state["label_probs"],
                                 np.random.default_rng([ctx.seed, t + 1]), distinct=last)
@@ -114,6 +118,28 @@ class PrivateEvolution(IterativeRecipe):
     def output(self, ctx: RunContext, state: dict) -> SyntheticSet:
         return SyntheticSet(state["texts"],
                             state["labels"] if ctx.private.has_labels else None)
+
+    def _vote(self, ctx: RunContext, texts: list[str], labels: list,
+              groups: list) -> tuple[np.ndarray, list]:
+        """Noisy votes per sample, and its label: as generated, or (`labels_from: votes`) the
+        label whose records gave it the most noisy votes, with those votes. A sample whose
+        best count is below the threshold keeps the label it was generated for; copies of a
+        text take the label of its first copy, which holds all its votes (ties go to the
+        lowest index)."""
+        embeddings = ctx.embed_public(texts)
+        mechanism = ctx.plan.stage("voting").mechanism
+        if self.params.labels_from == "generation" or groups == [None]:
+            return dp_nearest_votes(ctx.voters(), embeddings, group_codes(groups, labels),
+                                    mechanism, ctx.ledger, ctx.noise,
+                                    ctx.private.records_per_unit), labels
+        cells = dp_labelled_votes(ctx.voters(), embeddings, len(groups), mechanism, ctx.ledger,
+                                  ctx.noise, ctx.private.records_per_unit)
+        best = np.argmax(cells, axis=1)
+        voted = cells[np.arange(len(cells)), best] >= self.params.threshold
+        best = np.where(voted, best, group_codes(groups, labels))
+        first = {}
+        best = best[[first.setdefault(text, i) for i, text in enumerate(texts)]]
+        return cells[np.arange(len(cells)), best], [groups[i] for i in best]
 
     def _resample(self, weights: np.ndarray, pop_labels: list, groups: list,
                   probs: list[float], rng: np.random.Generator, distinct: bool) -> list[int]:

@@ -235,6 +235,14 @@ def grouped_nearest(queries: np.ndarray, query_groups: np.ndarray | None,
     return out
 
 
+def labelled_cells(nearest: np.ndarray, labels: np.ndarray | None,
+                   n_labels: int) -> np.ndarray:
+    """Bin `candidate·n_labels + label` of each vote: one record, one cell."""
+    if labels is None:
+        raise ValueError("votes by label need labelled voters")
+    return nearest * n_labels + labels
+
+
 @dataclass(frozen=True)
 class Voters:
     """Private records as nearest-neighbour voters: their embeddings and label codes.
@@ -250,18 +258,27 @@ class Voters:
         return self.labels is not None
 
     def votes(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-              search: str = "exact") -> np.ndarray:
+              search: str = "exact", n_labels: int | None = None) -> np.ndarray:
         """Each voter's nearest candidate of its own group (`grouped_nearest`), in record
-        order; a voter whose group has no candidate casts no vote."""
+        order; a voter whose group has no candidate casts no vote.
+
+        With `n_labels`, candidates have no group: each voter's nearest candidate over all
+        of them, cast in the cell of the voter's own label (bin `candidate·n_labels +
+        label`), so that the votes, not the generator, say which label a candidate is."""
+        if n_labels is not None:
+            return labelled_cells(nearest_indices(self.embeddings, candidates, search),
+                                  self.labels, n_labels)
         targets = grouped_nearest(self.embeddings, self.labels, candidates, candidate_groups,
                                   search)
         return targets[targets >= 0]
 
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-               search: str = "exact") -> np.ndarray:
-        """The un-noised vote histogram over the candidates (integers)."""
-        return np.bincount(self.votes(candidates, candidate_groups, search),
-                           minlength=len(candidates))
+               search: str = "exact", n_labels: int | None = None) -> np.ndarray:
+        """The un-noised vote histogram over the candidates (integers), or over the
+        (candidate, label) cells with `n_labels`."""
+        cells = len(candidates) * (n_labels or 1)
+        return np.bincount(self.votes(candidates, candidate_groups, search, n_labels),
+                           minlength=cells)
 
     def close(self) -> None:
         """Nothing to free: the embeddings go with this object (sharded voters stop their

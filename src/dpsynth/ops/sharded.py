@@ -87,10 +87,10 @@ class Shard:
 
     @_quiet
     def vote(self, candidates: np.ndarray, candidate_groups: np.ndarray | None,
-             search: str) -> int:
+             search: str, n_labels: int | None = None) -> int:
         """Find each record's candidate and keep the votes; return how many there are."""
         assert self._voters is not None
-        self._votes = self._voters.votes(candidates, candidate_groups, search)
+        self._votes = self._voters.votes(candidates, candidate_groups, search, n_labels)
         return len(self._votes)
 
     @_quiet
@@ -127,15 +127,16 @@ class ShardedVoters:
         raise TypeError("private voters must not reach a checkpoint, cache or worker")
 
     def votes(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-              search: str = "exact") -> ShardVotes:
+              search: str = "exact", n_labels: int | None = None) -> ShardVotes:
         ref = self._ray.put(np.ascontiguousarray(candidates))  # public: may be stored
-        sizes = self._ray.get([a.vote.remote(ref, candidate_groups, search)
+        sizes = self._ray.get([a.vote.remote(ref, candidate_groups, search, n_labels)
                                for a in self._actors])
         return ShardVotes(self, sizes)
 
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-               search: str = "exact") -> np.ndarray:
-        return self.votes(candidates, candidate_groups, search).histogram(None, len(candidates))
+               search: str = "exact", n_labels: int | None = None) -> np.ndarray:
+        return self.votes(candidates, candidate_groups, search, n_labels).histogram(
+            None, len(candidates) * (n_labels or 1))
 
     def close(self) -> None:
         """Stop the actors: their embeddings go with them."""
