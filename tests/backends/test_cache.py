@@ -95,6 +95,7 @@ def test_private_text_never_reaches_the_cache_file(server, tmp_path):
     emb = build_embedder(EmbedderConfig(name="openai", base_url=server.url, model="e", dim=8,
                                         cache=emb_path))
     private_vectors = private.embed(emb, allow_remote=True)  # opt-in, private path
+    emb.encode_uncached(list(CANARIES))  # evaluation's path for real splits
     gen = build_generator(chat_config(server, cache=gen_path))
     synthetic = run_all_operations(gen)  # conditions come from public/DP values only
     emb.encode(synthetic)  # synthetic text is public: cached
