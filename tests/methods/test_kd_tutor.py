@@ -150,6 +150,12 @@ def test_a_unit_joining_moves_one_labelled_teacher_and_two_counts_by_one():
     assert diff.sum(axis=1).max() <= per_query[1].sensitivity
 
 
+def test_labelled_without_labels_votes_private_or_public():
+    recipe = KdTutor.from_config({"discriminator": "labelled"})
+    assert recipe._classes(PrivateDataset(["a", "b"])) == 2
+    assert recipe._classes(PrivateDataset(["a", "b"], labels=["x", "y"])) == 3
+
+
 def test_a_k_plus_one_vote_batch_takes_the_same_charge_as_a_binary_one():
     """noisy_argmax accepts K+1 counts per row under 2 × rows changed coordinates."""
     ledger = PrivacyLedger(1e4, 1e-6)

@@ -17,6 +17,7 @@ to be private records of that label, whatever label they were generated under.
 
 from __future__ import annotations
 
+import logging
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -29,6 +30,8 @@ from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.ops.pate import label_within_budget, train_classifier, train_teachers
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+
+log = logging.getLogger(__name__)
 
 
 class KdTutorParams(BaseModel):
@@ -88,6 +91,9 @@ class KdTutor(Recipe):
         plan = ctx.plan
         labels = ctx.private.label_names
         groups = label_groups(ctx.private)
+        if p.discriminator == "labelled" and not ctx.private.has_labels:
+            log.warning("discriminator: labelled needs labels and the data has none: the "
+                        "teachers and the student tell private from public only (binary)")
         if ctx.resumed is None:
             pool = self._candidates(ctx, groups)
             probs = self._label_proportions(ctx, plan, groups)
