@@ -31,7 +31,13 @@ RECIPE_DOCS = {"ctcl": "recipes/ctcl.md", "dpft": "recipes/ctcl.md", "dpga": "re
 
 def render() -> str:
     """The generated part of docs/config.md, markers included."""
-    from dpsynth.backends.config import EmbedderConfig, GeneratorConfig, HttpConfig, Price
+    from dpsynth.backends.config import (
+        EmbedderConfig,
+        ExecutorConfig,
+        GeneratorConfig,
+        HttpConfig,
+        Price,
+    )
     from dpsynth.methods.registry import RECIPES
 
     parts = [BEGIN, "", "## Recipe parameters", "",
@@ -47,6 +53,7 @@ def render() -> str:
               "config file's folder, as `data.path` is. See [backends.md](backends.md).", ""]
     for title, model in (("backends.generator", GeneratorConfig),
                          ("backends.embedder", EmbedderConfig),
+                         ("backends.executor", ExecutorConfig),
                          ("backends.generator.http, backends.embedder.http", HttpConfig),
                          ("backends.generator.price, backends.embedder.price", Price)):
         parts += [f"### {title}", "", *_table(model), ""]

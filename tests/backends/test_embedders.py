@@ -47,6 +47,19 @@ def test_tfidf_is_normalised_deterministic_and_semantic(tmp_path):
     assert first.encode([]).shape == (0, 4)
 
 
+def test_tfidf_embeds_a_private_text_as_it_does_alone():
+    """Row by row (a sparse product): a private text's bits do not depend on the texts
+    embedded with it, so one record cannot move another's vote (docs/privacy.md)."""
+    embedder = TfidfEmbedder(PUBLIC, dim=6)
+    rng = np.random.default_rng(0)
+    words = " ".join(PUBLIC).replace(",", "").split()
+    texts = [" ".join(rng.choice(words, rng.integers(1, 60))) for _ in range(300)]
+    alone = np.stack([embedder.encode_private([t])[0] for t in texts[::7]])
+    order = rng.permutation(len(texts))
+    together = PrivateDataset([texts[i] for i in order]).embed(embedder, block_rows=41)
+    np.testing.assert_array_equal(together[np.argsort(order)[::7]], alone)
+
+
 def test_tfidf_reads_a_table_and_refuses_private_or_missing_fit_text(tmp_path):
     table = tmp_path / "public.csv"
     table.write_text("body\n" + "\n".join(f'"{t}"' for t in PUBLIC), encoding="utf-8")

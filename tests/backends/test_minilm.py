@@ -39,7 +39,8 @@ def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm
     assert run.inner._model is held_out._model is minilm._model
     models = _loaded.cache_info().currsize
     private = ["my card ending 4417 was charged twice"]
-    np.testing.assert_array_equal(run.encode_private(private), held_out.encode(private))
+    np.testing.assert_array_equal(run.encode_private(private),
+                                  held_out.encode_private(private))
     assert _loaded.cache_info().currsize == models
     with sqlite3.connect(tmp_path / "cache.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone() == (0,)
@@ -61,3 +62,27 @@ def test_models_in_folders_of_the_same_name_never_share_a_cache_key(minilm, tmp_
                                                    model=str(f))) for f in copies)
     assert minilm.identity()["model"] == source.name
     assert len({str(e.identity()) for e in (minilm, first, second)}) == 3
+
+
+def test_a_private_text_embeds_bit_for_bit_as_it_does_alone(minilm):
+    """A private embedding depends on its own text only: embedded alone, or among others of
+    many lengths (some of its own token count, so in its batch; a few cut at the model's
+    limit), at other places and block boundaries, its bits are the same. A padded batch
+    (`encode`) does not keep this, nor do batches of one length but of varying size (short
+    texts differ then)."""
+    from dpsynth.data import PrivateDataset
+
+    rng = np.random.default_rng(0)
+    words = ("the parcel never arrived my invoice is wrong reset password wifi drops every "
+             "minute card was charged twice refund please").split()
+    texts = [" ".join(rng.choice(words, rng.integers(2, 30))) for _ in range(48)]
+    texts += [" ".join(rng.choice(words, 300)) for _ in range(2)]  # past 256 tokens
+    targets = [*range(0, 48, 5), 49]
+    alone = np.stack([minilm.encode_private([texts[i]])[0] for i in targets])
+    for seed, block_rows in enumerate((17, 50)):
+        order = np.random.default_rng(seed).permutation(len(texts))
+        together = PrivateDataset([texts[i] for i in order]).embed(minilm, block_rows=block_rows)
+        where = np.argsort(order)[targets]
+        np.testing.assert_array_equal(together[where], alone)
+    padded = minilm.encode(texts)[targets]
+    assert (padded != alone).any()  # the hazard: padding moves the low-order bits

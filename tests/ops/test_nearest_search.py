@@ -4,6 +4,8 @@ candidates alone, so neighbouring voter sets differ by one vote in one bin."""
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,7 @@ def test_voters_an_index_cannot_answer_get_the_exact_answer():
 
     class Faiss:
         METRIC_INNER_PRODUCT = 0
+        cvar = types.SimpleNamespace(distance_compute_blas_threshold=20)
         IndexFlatIP = IndexIVFFlat = IndexHNSWFlat = Blind
 
     rng = np.random.default_rng(3)
@@ -92,15 +95,53 @@ def test_voters_an_index_cannot_answer_get_the_exact_answer():
     assert np.array_equal(found, nearest.nearest_indices(voters, cands))
 
 
-def test_faiss_flat_is_the_exact_answer(monkeypatch):
+def test_candidate_tiles_keep_the_first_best(monkeypatch):
+    """Tiled over candidates, a later tile takes over only with a strictly higher score."""
     rng = np.random.default_rng(4)
-    voters, cands = _unit(rng, 300), _unit(rng, 900)
-    numpy_answer = nearest.nearest_indices(voters, cands)
-    monkeypatch.setattr(nearest, "FAISS_MIN_CANDIDATES", 1)
-    assert np.array_equal(nearest.nearest_indices(voters, cands), numpy_answer)
+    voters, cands = _unit(rng, 300), _unit(rng, 90)
+    cands[70] = cands[5]  # an exact duplicate in a later tile: the lower index keeps its votes
+    whole = nearest.nearest_indices(voters, cands)
+    monkeypatch.setattr(nearest, "CANDIDATE_TILE", 16)
+    monkeypatch.setattr(nearest, "BLOCK_ROWS", 7)
+    assert np.array_equal(nearest.nearest_indices(voters, cands), whole)
+    float32 = np.argmax(voters @ cands.T, axis=1)  # may pick either copy of the duplicate
+    assert np.array_equal(whole, np.where(float32 == 70, 5, float32))
 
 
 def test_unknown_search_is_named():
     rng = np.random.default_rng(5)
     with pytest.raises(ValueError, match="annoy"):
         nearest.nearest_indices(_unit(rng, 2), _unit(rng, 2), "annoy")
+
+
+def _batch_mismatches(index, queries, k=nearest.RESCORE):
+    """Queries whose faiss answer (scores and ids, bit for bit) differs between the whole
+    batch and sub-batches of other sizes and offsets."""
+    whole_d, whole_i = index.search(queries, k)
+    bad = 0
+    for size in (1, 5, 19, 20, 21, 100, 1000):
+        for first in (0, 7, 999):
+            d, i = index.search(queries[first : first + size], k)
+            rows = slice(first, first + size)
+            bad += int(((d != whole_d[rows]) | (i != whole_i[rows])).any(axis=1).sum())
+    return bad
+
+
+def test_faiss_answers_each_query_on_its_own_inside_per_query():
+    """From 20 queries on faiss' flat distances go through a blocked BLAS GEMM whose rounding
+    depends on the batch (IVF's coarse quantiser is such a flat index); `_per_query` turns
+    that off, and puts the setting back afterwards."""
+    rng = np.random.default_rng(6)
+    queries, cands = _unit(rng, 3000, 384), _unit(rng, 300, 384)
+    flat = faiss.IndexFlatIP(384)
+    flat.add(cands)
+    ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(384), 384, 7, faiss.METRIC_INNER_PRODUCT)
+    ivf.train(cands)
+    ivf.add(cands)
+    ivf.nprobe = 3
+    before = faiss.cvar.distance_compute_blas_threshold
+    assert _batch_mismatches(flat, queries) > 0  # the hazard is real
+    with nearest._per_query(faiss):
+        assert _batch_mismatches(flat, queries) == 0
+        assert _batch_mismatches(ivf, queries) == 0
+    assert faiss.cvar.distance_compute_blas_threshold == before

@@ -56,7 +56,10 @@ class Embedder(ABC):
     def encode_private(self, texts: Sequence[str]) -> np.ndarray:
         """`encode` for private texts: wrappers that store anything (a cache) bypass it here.
 
-        `PrivateDataset.embed` calls this, never `encode`.
+        `PrivateDataset.embed` calls this, never `encode`. A text's embedding must be, bit for
+        bit, a function of that text alone, never of the texts embedded with it (one record
+        would otherwise move another's vote: docs/privacy.md); `encode` of a model that pads
+        batches breaks that, and overrides this (`SentenceTransformerEmbedder`).
         """
         return self.encode(texts)
 

@@ -68,7 +68,11 @@ class GeneratorConfig(BaseModel):
 
     name: Literal["offline", "openai", "hf", "pool"] = "offline"
     model: str | None = None
-    base_url: str | None = None
+    base_url: str | list[str] | None = Field(
+        None, description="openai: the server, or a list of servers of the same model: "
+        "requests are spread over them (concurrency each), a failed one is retried on the "
+        "next, and the health check drops a dead one with a warning"
+    )
     api_key_env: str | None = None
     concurrency: int = Field(8, gt=0, description="openai: requests in flight at once")
     temperature: float = Field(1.0, ge=0)
@@ -138,6 +142,13 @@ class GeneratorConfig(BaseModel):
                              "ends in .yaml")
         return value
 
+    @field_validator("base_url")
+    @classmethod
+    def _some_servers(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and (not value or len(set(value)) != len(value)):
+            raise ValueError("a list of base URLs needs at least one, each once")
+        return value
+
     @field_validator("edit", mode="before")
     @classmethod
     def _edit_by_name(cls, value: object) -> object:
@@ -153,8 +164,42 @@ class GeneratorConfig(BaseModel):
         return self
 
 
+class ExecutorConfig(BaseModel):
+    """Where the private records are embedded and vote (docs/backends.md#executor)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["local", "ray"] = "local"
+    address: str | None = Field(
+        None, description="ray: null starts a cluster of this machine's own, bound to "
+        "127.0.0.1 and stopped with the run; 'auto' joins the cluster `ray start` runs here; "
+        "'ray://host:10001' joins a remote one through Ray Client"
+    )
+    workers: int = Field(2, gt=0, description="ray: shards of the private set, one actor "
+                         "each, holding its shard's embeddings in memory for the run")
+    cpus_per_worker: float = Field(1.0, gt=0, description="ray: CPUs each actor reserves")
+    allow_object_spilling: bool = Field(
+        False, description="ray, cluster started by dpsynth: let Ray spill its object store "
+        "to spill_dir (off by default; private data never enters the object store either way)"
+    )
+    spill_dir: Path | None = Field(
+        None, description="ray: the folder Ray may spill to; needs allow_object_spilling"
+    )
+
+    @model_validator(mode="after")
+    def _spilling_is_explicit(self) -> ExecutorConfig:
+        if self.allow_object_spilling != (self.spill_dir is not None):
+            raise ValueError("allow_object_spilling: true and spill_dir go together: name the "
+                             "folder Ray may spill its object store to, or neither")
+        if self.allow_object_spilling and self.address is not None:
+            raise ValueError("allow_object_spilling applies to the cluster dpsynth starts "
+                             "(address: null); a running cluster keeps its own setting")
+        return self
+
+
 class BackendsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     embedder: EmbedderConfig = EmbedderConfig()
     generator: GeneratorConfig = GeneratorConfig()
+    executor: ExecutorConfig = ExecutorConfig()

@@ -78,6 +78,8 @@ def _unwrap(backend: Any) -> Any:
 
 
 def _probe(backend: Any, kind: str) -> None:
+    """Probe each of the backend's servers; with several, drop the dead ones with a warning
+    and fail only when none answers."""
     from dpsynth.backends.openai_chat import OpenAIChatGenerator
     from dpsynth.backends.openai_embeddings import OpenAIEmbedder
 
@@ -85,26 +87,45 @@ def _probe(backend: Any, kind: str) -> None:
         return
     if getattr(backend.cfg, "dry_run", False):
         return  # a dry run sends nothing
-    log.info("checking %s with one tiny request", describe(backend))
-    update: dict[str, Any] = {"concurrency": 1, "http": _probe_http(backend.cfg.http)}
+    urls = backend.client.base_urls
+    live = []
+    for url in urls:
+        try:
+            _probe_one(backend, url)
+        except BackendError as exc:
+            if len(urls) == 1 or (url == urls[-1] and not live):
+                raise
+            log.warning("%s; that server is left out of this run", exc)
+        else:
+            live.append(url)
+    backend.client.keep(live)
+
+
+def _probe_one(backend: Any, url: str) -> None:
+    from dpsynth.backends.openai_chat import OpenAIChatGenerator
+    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
+
+    update: dict[str, Any] = {"concurrency": 1, "http": _probe_http(backend.cfg.http),
+                              "base_url": url}
     if isinstance(backend, OpenAIChatGenerator):
         update["max_tokens"] = min(backend.cfg.max_tokens, PROBE_TOKENS)
         probe: Any = OpenAIChatGenerator(backend.cfg.model_copy(update=update),
                                          backend.prompts)
     else:
         probe = OpenAIEmbedder(backend.cfg.model_copy(update=update))
+    log.info("checking %s with one tiny request", describe(probe))
     probe.client.connect_timeout_s = PROBE_CONNECT_TIMEOUT_S
     try:
         _send(probe)
     except BackendError as exc:  # 401/403/404: the client's own message says which
         said = str(exc).removeprefix(f"{probe.client.where}: ")
-        raise BackendError(f"{describe(backend)} cannot answer: {said}") from None
+        raise BackendError(f"{describe(probe)} cannot answer: {said}") from None
     finally:
         probe.client.close()
     usage = probe.client.usage
     if usage.failed > usage.malformed:  # an odd 2xx body still means a server that answers
         raise BackendError(
-            f"{describe(backend)} cannot answer: {probe.client.last_error} (a tiny "
+            f"{describe(probe)} cannot answer: {probe.client.last_error} (a tiny "
             f"request, {usage.attempts} attempt(s)); "
             f"nothing was released. Check that the server is up at {probe.client.base_url}")
 

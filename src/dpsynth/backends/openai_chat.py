@@ -48,7 +48,7 @@ class OpenAIChatGenerator(PromptedGenerator):
                 "prompts": self.prompts.digest}
 
     def usage(self) -> dict[str, float]:
-        return self.client.usage.report(self.price)
+        return {**self.client.usage.report(self.price), **self.client.endpoint_report()}
 
     def state_dict(self) -> dict[str, int]:
         """The request count that numbers each request's seed, for checkpoints."""

@@ -4,7 +4,11 @@ A batch of requests runs on a pool of `concurrency` threads sharing one httpx co
 (measured here at a third of the CPU per request of httpx's asyncio client, which decides
 throughput when the client shares a small machine). Token buckets pace requests and tokens
 per minute. A request is retried with exponential backoff and jitter when retrying can help
-(429, 408, 409, 5xx, timeouts, dropped connections). A 401/403/404 raises at once and stops
+(429, 408, 409, 5xx, timeouts, dropped connections). Given several base URLs (servers of the
+same model), the client spreads a batch's requests over them, `concurrency` in flight on each,
+and moves a request's next attempt to the next server: a request that fails on one is retried
+on another, and `endpoint_usage` counts each server's attempts, answers and errors. A
+401/403/404 raises at once and stops
 the batch: no retry fixes a wrong key, URL or model; so does any other 4xx whose error
 message names the requested model (`transformers serve` pinned to one model answers a wrong
 name with 400, not 404). Any other 4xx, and a 2xx whose body is not the expected JSON, fail
@@ -114,12 +118,25 @@ class RateLimiter:
             time.sleep(delay)
 
 
-class OpenAIHttpClient:
-    """Posts batches of JSON requests to one OpenAI-compatible server with real overlap."""
+@dataclass
+class EndpointUsage:
+    """One server's share: attempts sent to it, answers (2xx) and errors (5xx, 429, timeouts,
+    dropped connections) it gave."""
 
-    def __init__(self, base_url: str | None, *, api_key_env: str | None, http: HttpConfig,
-                 concurrency: int, where: str, quote_errors: bool = False) -> None:
-        self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
+    attempts: int = 0
+    answers: int = 0
+    errors: int = 0
+
+
+class OpenAIHttpClient:
+    """Posts batches of JSON requests to OpenAI-compatible servers with real overlap."""
+
+    def __init__(self, base_url: str | Sequence[str] | None, *, api_key_env: str | None,
+                 http: HttpConfig, concurrency: int, where: str,
+                 quote_errors: bool = False) -> None:
+        urls = [base_url] if base_url is None or isinstance(base_url, str) else base_url
+        self.base_urls = [(url or OPENAI_BASE_URL).rstrip("/") for url in urls]
+        self.endpoint_usage = {url: EndpointUsage() for url in self.base_urls}
         self.http = http
         self.concurrency = concurrency
         self.where = where
@@ -140,11 +157,28 @@ class OpenAIHttpClient:
         self._rng = random.Random()
         self._usage_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self._client: httpx.Client | None = None
+        self._clients: dict[str, httpx.Client] = {}
 
     def __repr__(self) -> str:
         return (f"OpenAIHttpClient(base_url={self.base_url!r}, "
                 f"concurrency={self.concurrency})")
+
+    @property
+    def base_url(self) -> str:
+        """The server, or the servers comma-separated."""
+        return ", ".join(self.base_urls)
+
+    def keep(self, urls: Sequence[str]) -> None:
+        """Send to these of the servers only (the health check drops the dead ones)."""
+        self.close()
+        self.base_urls = [url for url in self.base_urls if url in urls]
+
+    def endpoint_report(self) -> dict[str, float]:
+        """Per server, with more than one: its attempts, answers and errors."""
+        if len(self.endpoint_usage) < 2:
+            return {}
+        return {f"{url} {key}": float(value) for url, used in self.endpoint_usage.items()
+                for key, value in asdict(used).items()}
 
     def post_many(self, endpoint: str, payloads: Sequence[dict[str, Any]],
                   token_estimates: Sequence[int],
@@ -155,15 +189,19 @@ class OpenAIHttpClient:
         if not payloads:
             return []
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="dpsynth-http")
-            self._client = httpx.Client(
-                base_url=self.base_url + "/", headers=self._headers, params=self._params,
+            self._pool = ThreadPoolExecutor(self.concurrency * len(self.base_urls),
+                                            thread_name_prefix="dpsynth-http")
+            self._clients = {url: httpx.Client(
+                base_url=url + "/", headers=self._headers, params=self._params,
                 timeout=httpx.Timeout(self.http.timeout_s, connect=self.connect_timeout_s),
                 limits=httpx.Limits(max_connections=self.concurrency,
                                     max_keepalive_connections=self.concurrency))
+                for url in self.base_urls}
         abort = threading.Event()
-        futures = [self._pool.submit(self._post_one, endpoint, payload, estimate, parse, abort)
-                   for payload, estimate in zip(payloads, token_estimates, strict=True)]
+        futures = [self._pool.submit(self._post_one, endpoint, payload, estimate, parse, abort,
+                                     index)
+                   for index, (payload, estimate) in enumerate(zip(payloads, token_estimates,
+                                                                   strict=True))]
         try:
             for future in track(as_completed(futures), "requests", total=len(futures)):
                 future.result()  # re-raises a BackendError from any request at once
@@ -178,12 +216,15 @@ class OpenAIHttpClient:
         """Close the connections and the thread pool."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-            self._client.close()  # type: ignore[union-attr]
-            self._pool, self._client = None, None
+            for client in self._clients.values():
+                client.close()
+            self._pool, self._clients = None, {}
 
     def _post_one(self, endpoint: str, payload: dict[str, Any], estimate: int,
-                  parse: Callable[[dict[str, Any]], T], abort: threading.Event) -> T | None:
-        assert self._client is not None
+                  parse: Callable[[dict[str, Any]], T], abort: threading.Event,
+                  index: int = 0) -> T | None:
+        """Attempt `attempt` of request `index` goes to server index + attempt: round robin
+        for the batch, and a failed attempt's retry on the next server."""
         self._count("calls")
         reason = "no attempt made"
         for attempt in range(self.http.max_retries + 1):
@@ -192,9 +233,12 @@ class OpenAIHttpClient:
             self._requests.acquire(1)
             self._tokens.acquire(estimate)
             self._count("attempts")
+            url = self.base_urls[(index + attempt) % len(self.base_urls)]
+            server = self.endpoint_usage[url]
+            self._count("attempts", used=server)
             retry_after: float | None = None
             try:
-                response = self._client.post(endpoint, json=payload)
+                response = self._clients[url].post(endpoint, json=payload)
             except httpx.TimeoutException:
                 reason = "timeout"
             except httpx.TransportError as exc:
@@ -202,13 +246,14 @@ class OpenAIHttpClient:
             else:
                 status = response.status_code
                 if 200 <= status < 300:
+                    self._count("answers", used=server)
                     return self._parse(response, parse)
                 message = _error_message(response)
                 quoted = f" ({message})" if message and self.quote_errors else ""
                 if status in FATAL_STATUS or _names_model(status, message, payload):
                     abort.set()  # the other requests of the batch stop at once
                     raise BackendError(
-                        f"{self.where}: {self.base_url}/{endpoint} answered HTTP {status}"
+                        f"{self.where}: {url}/{endpoint} answered HTTP {status}"
                         f"{quoted}; check base_url, model and the API key's environment "
                         "variable")
                 if status not in RETRY_STATUS and status < 500:
@@ -219,9 +264,12 @@ class OpenAIHttpClient:
                     return None
                 reason = f"HTTP {status}{quoted}"
                 retry_after = _retry_after(response)
+            self._count("errors", used=server)
             if attempt == self.http.max_retries:
                 break
             self._count("retries")
+            if (attempt + 1) % len(self.base_urls):
+                continue  # the next server has not failed this request yet: no wait
             time.sleep(self._backoff(attempt, retry_after))
         self._count("failed")
         self.last_error = reason
@@ -229,9 +277,11 @@ class OpenAIHttpClient:
                     self.where, reason, self.http.max_retries + 1)
         return None
 
-    def _count(self, name: str, amount: int = 1) -> None:
+    def _count(self, name: str, amount: int = 1, used: Any = None) -> None:
+        """Add to a `Usage` counter (or, with `used`, to that server's `EndpointUsage`)."""
+        used = self.usage if used is None else used
         with self._usage_lock:
-            setattr(self.usage, name, getattr(self.usage, name) + amount)
+            setattr(used, name, getattr(used, name) + amount)
 
     def _parse(self, response: httpx.Response, parse: Callable[[dict[str, Any]], T]) -> T | None:
         try:

@@ -15,6 +15,9 @@ from dpsynth.backends.fingerprint import folder_digest
 from dpsynth.errors import InputError
 from dpsynth.progress import track
 
+PRIVATE_BATCH = 16
+"""Rows of every batch of private texts: texts of one token count, topped up with copies."""
+
 
 class SentenceTransformerEmbedder(Embedder):
     """Any sentence-transformers model folder, run on this machine."""
@@ -50,13 +53,38 @@ class SentenceTransformerEmbedder(Embedder):
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         starts = range(0, len(texts), self.batch_size)
-        chunks = [
-            self._model.encode(texts[s : s + self.batch_size], batch_size=self.batch_size,
-                               convert_to_numpy=True, normalize_embeddings=True,
-                               show_progress_bar=False)
-            for s in track(starts, "embedding", total=len(starts))
-        ]
+        chunks = [self._batch(texts[s : s + self.batch_size])
+                  for s in track(starts, "embedding", total=len(starts))]
         return np.ascontiguousarray(np.concatenate(chunks), dtype=np.float32)
+
+    def encode_private(self, texts: Sequence[str]) -> np.ndarray:
+        """`encode`, with each text's embedding, bit for bit, a function of that text alone, so
+        that one record cannot move another's vote (docs/privacy.md).
+
+        A batch is padded to its longest text, and a GEMM's rounding follows its shapes, so in
+        `encode` a text's low-order bits depend on its batch-mates. Here every batch holds texts
+        of one token count (no padding), topped up with copies to PRIVATE_BATCH rows: its shape
+        follows from the text's own length alone, and a row of a batch of fixed shape does not
+        depend on the other rows (tests/backends/test_minilm.py checks it bit for bit).
+        """
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        tokens = self._model.preprocess(texts)["attention_mask"].sum(dim=1).tolist()
+        groups: dict[int, list[int]] = {}
+        for row, count in enumerate(tokens):
+            groups.setdefault(count, []).append(row)
+        batches = [rows[s : s + PRIVATE_BATCH] for rows in groups.values()
+                   for s in range(0, len(rows), PRIVATE_BATCH)]
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for rows in track(batches, "embedding", total=len(batches)):
+            batch = [texts[row] for row in rows]
+            out[rows] = self._batch(batch + batch[:1] * (PRIVATE_BATCH - len(rows)))[: len(rows)]
+        return out
+
+    def _batch(self, texts: list[str]) -> np.ndarray:
+        return self._model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
+                                  normalize_embeddings=True, show_progress_bar=False)
 
 
 @functools.cache

@@ -65,6 +65,10 @@ class RunContext:
     `generator` already asks by these names; a recipe that conditions a model of its own
     (ctcl, dpft) names its labels with `label_name`."""
 
+    sharded: Callable[[PrivateDataset], Voters] | None = None
+    """Builds the voters on a Ray cluster's workers (`backends.executor: ray`;
+    `dpsynth.ops.sharded`); None: embedded here, by `embed_private`."""
+
     _public_embeddings: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _voters: Voters | None = field(default=None, repr=False)
 
@@ -98,8 +102,15 @@ class RunContext:
     def voters(self) -> Voters:
         """The private records as nearest-neighbour voters, embedded once per run."""
         if self._voters is None:
-            self._voters = private_voters(self.private, self.embed_private())
+            self._voters = (self.sharded(self.private) if self.sharded is not None
+                            else private_voters(self.private, self.embed_private()))
         return self._voters
+
+    def close(self) -> None:
+        """Free the voters (sharded ones stop their actors) at the end of the run."""
+        if self._voters is not None:
+            self._voters.close()
+            self._voters = None
 
     def save(self, step: int, state: dict[str, Any]) -> None:
         """Checkpoint the recipe's public state with the ledger, the noise stream and the

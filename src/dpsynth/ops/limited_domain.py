@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth.errors import InputError
-from dpsynth.ops.nearest import Voters, grouped_nearest
+from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Disjoint, LimitedDomainTopK
 from dpsynth.privacy.noise import NoiseSource
@@ -32,14 +32,11 @@ def dp_select_parents(voters: Voters, candidate_embeddings: np.ndarray,
         raise InputError("nearest-neighbour voting counts one vote per privacy unit: set "
                          "data.max_records_per_user: 1 for this recipe")
     groups = [int(g) for g in np.unique(candidate_groups)]
-    private_groups = voters.labels  # a record whose label has no candidates casts no vote
-    if private_groups is None and len(groups) != 1:
+    if not voters.has_labels and len(groups) != 1:
         raise ValueError(f"unlabelled private data needs one candidate group, got {groups}")
-    targets = grouped_nearest(voters.embeddings, private_groups, candidate_embeddings,
-                              None if private_groups is None else candidate_groups)
-    targets = targets[targets >= 0]
+    # a record whose label has no candidates casts no vote
+    counts = voters.counts(candidate_embeddings, candidate_groups).astype(np.float64)
     pools = [np.flatnonzero(candidate_groups == g) for g in groups]
-    counts = np.bincount(targets, minlength=len(candidate_embeddings)).astype(np.float64)
     released = ledger.release(stage, Disjoint(mechanism), [counts[pool] for pool in pools],
                               noise)
     return {g: pool[np.asarray(picked, dtype=np.int64)].tolist()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
-from dpsynth.ops.nearest import Voters, grouped_nearest
+from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import AboveThreshold, Gaussian, Laplace
 from dpsynth.privacy.noise import NoiseSource
@@ -93,7 +93,5 @@ def dp_keyword_votes(voters: Voters, keyword_embeddings: np.ndarray,
                      stage: str = "keyword_histogram") -> np.ndarray:
     """Noisy votes for keywords: each private record votes for its nearest keyword of its own
     label (dpga-textsyn §3.2.2), so one record moves one count; Laplace on the histogram."""
-    targets = grouped_nearest(voters.embeddings, voters.labels, keyword_embeddings,
-                              keyword_labels)
-    counts = np.bincount(targets[targets >= 0], minlength=len(keyword_embeddings))
+    counts = voters.counts(keyword_embeddings, keyword_labels)
     return noisy_histogram(counts, mechanism, ledger, noise, stage)

@@ -4,22 +4,34 @@ This computes the un-noised counts; the ops that release them add noise through 
 With unit-normalised embeddings the inner product is the cosine similarity. The search is one
 of SEARCHES:
 
-- "exact" (default): the exact nearest candidate; a blocked NumPy GEMM + argmax, or faiss'
-  exact flat index from FAISS_MIN_CANDIDATES candidates on where faiss is installed (the
-  same answer up to float rounding on near-ties).
+- "exact" (default): the exact nearest candidate on the integer grid below, by blocked
+  float64 GEMMs over tiles of voters and of candidates.
 - "hnsw", "ivf": faiss' approximate indexes (graph; inverted lists), built from the
-  candidates only, for large candidate sets. A query they cannot answer (an IVF probe of
-  empty lists) gets its exact nearest candidate instead.
+  candidates only, for large candidate sets. Their RESCORE best guesses are re-scored on the
+  grid; a query they cannot answer (an IVF probe of empty lists) gets its exact nearest.
 
 Every search maps each voter, on its own, to exactly one candidate: the candidate a voter
 picks depends on that voter and the (public) candidates only, never on the other voters. So
 one unit still casts one vote for one candidate, and the sensitivity of the counts, and with
 it the privacy analysis, is the same whichever search runs (docs/privacy.md).
+
+That must hold bit for bit, floating point included. A float32 score's low-order bits depend
+on how a GEMM blocks it (the block's size, the row's place in it), and with two equal or
+nearly equal candidates those bits pick the winner: one more voter would then move other
+voters' votes. So scores are exact: coordinates are clipped to [-1, 1] and rounded to a grid
+of 2**-bits (`grid_bits`), and dot products of the grid integers are summed in float64, where
+every partial sum is an integer below 2**53: the same score whatever the order of the sum.
+Ties go to the lowest candidate index. faiss' searches answer each query on its own once
+their BLAS path (taken from 20 queries on, and blocked by batch) is switched off
+(`_per_query`): an approximate search is deterministic per query, never batch by batch. Its
+index is a function of the candidates (and, for HNSW built on several threads, of their
+scheduling), never of the voters.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,18 +39,18 @@ import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
 
-BLOCK_ROWS = 2048
-"""Query rows per NumPy GEMM: the product block is BLOCK_ROWS x candidates floats."""
+BLOCK_ROWS = 1024
+"""Query rows per GEMM block."""
+CANDIDATE_TILE = 4096
+"""Candidates per GEMM block: a block is BLOCK_ROWS x CANDIDATE_TILE float64 (32 MiB)."""
 STREAM_ROWS = 16_384
 """Private rows read per step of a vote: with embeddings out of core (`dpsynth.data.scratch`)
 a vote holds this many rows of them in memory (a copy, for a label's rows), never all N."""
 SEARCHES = ("exact", "hnsw", "ivf")
-FAISS_MIN_CANDIDATES = 32_768
-"""From this many candidates on, "exact" runs on faiss' flat index where faiss is installed:
-the NumPy block (BLOCK_ROWS x candidates floats) would pass 256 MiB, while faiss tiles the
-candidates too. Below it the two run at the same speed (benchmarks/nn_vote.py)."""
 HNSW_NEIGHBOURS = 32
 IVF_PROBE = 8
+RESCORE = 8
+"""Candidates an approximate index proposes per query, re-scored exactly on the grid."""
 
 Search = Callable[[np.ndarray], np.ndarray]
 """A block of query rows -> the index of each row's nearest candidate."""
@@ -49,8 +61,8 @@ def nearest_indices(queries: np.ndarray, candidates: np.ndarray,
     """For each query row, the index of the candidate with the highest cosine similarity
     (exactly, or as an approximate index finds it: see the module docstring).
 
-    On the NumPy path ties go to the lowest index, so the result is deterministic. The queries
-    are read STREAM_ROWS at a time, so a memory-mapped array is never loaded whole.
+    The queries are read STREAM_ROWS at a time, so a memory-mapped array is never loaded
+    whole.
     """
     _check_pair(queries, candidates)
     find = searcher(candidates, search)
@@ -66,12 +78,26 @@ def searcher(candidates: np.ndarray, search: str = "exact") -> Search:
     answers block after block of queries."""
     if search not in SEARCHES:
         raise ValueError(f"search={search!r}: one of {', '.join(SEARCHES)}")
+    if search == "exact":
+        grid = _on_grid(candidates, grid_bits(candidates.shape[1]))
+        return lambda queries: _blocked_argmax(queries, grid)
     faiss = _faiss()
-    if search != "exact" and faiss is None:
+    if faiss is None:
         raise ValueError(f"search={search!r} needs faiss: pip install 'dpsynth[dist]'")
-    if faiss is not None and (search != "exact" or len(candidates) >= FAISS_MIN_CANDIDATES):
-        return _faiss_searcher(faiss, candidates, search)
-    return functools.partial(_blocked_argmax, candidates=candidates)
+    return _faiss_searcher(faiss, candidates, search)
+
+
+def grid_bits(dim: int) -> int:
+    """The finest grid on which `dim`-long dot products stay exact in float64: each product of
+    clipped coordinates is at most 2**(2 * bits), their sum at most dim times that <= 2**52."""
+    return (52 - (dim - 1).bit_length()) // 2
+
+
+def _on_grid(rows: np.ndarray, bits: int) -> np.ndarray:
+    """Rows as float64 integers: coordinates clipped to [-1, 1] (a unit vector's already are),
+    times 2**bits, rounded. Elementwise, so a row's grid depends on that row only."""
+    scaled = np.clip(np.asarray(rows, dtype=np.float64), -1.0, 1.0) * float(2**bits)
+    return np.ascontiguousarray(np.rint(scaled))
 
 
 def _faiss():
@@ -82,37 +108,83 @@ def _faiss():
     return faiss
 
 
+_BLAS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _per_query(faiss):
+    """faiss' flat distances (IVF's coarse quantiser) without BLAS: from
+    `distance_compute_blas_threshold` queries on faiss computes them by a blocked GEMM whose
+    rounding depends on the batch; below it, query by query. Restored after."""
+    with _BLAS_LOCK:
+        saved = faiss.cvar.distance_compute_blas_threshold
+        faiss.cvar.distance_compute_blas_threshold = 2**30
+        try:
+            yield
+        finally:
+            faiss.cvar.distance_compute_blas_threshold = saved
+
+
 def _faiss_searcher(faiss, candidates: np.ndarray, search: str) -> Search:
     dim = candidates.shape[1]
     base = np.ascontiguousarray(candidates, dtype=np.float32)
     if search == "hnsw":
         index = faiss.IndexHNSWFlat(dim, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
-    elif search == "ivf":
+    else:
         lists = max(1, min(int(np.sqrt(len(base))), len(base) // 39))
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, lists,
                                    faiss.METRIC_INNER_PRODUCT)
         index.train(base)
         index.nprobe = min(IVF_PROBE, lists)
-    else:
-        index = faiss.IndexFlatIP(dim)
     index.add(base)
+    bits = grid_bits(dim)
+    grid = _on_grid(candidates, bits)
+    k = min(RESCORE, len(base))
 
     def find(queries: np.ndarray) -> np.ndarray:
-        _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), 1)
-        out = found[:, 0].astype(np.int64)
+        with _per_query(faiss):
+            _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        out = np.empty(len(queries), dtype=np.int64)
+        for start in range(0, len(queries), BLOCK_ROWS):
+            rows = slice(start, start + BLOCK_ROWS)
+            out[rows] = _rescored(_on_grid(queries[rows], bits), found[rows], grid)
         lost = np.flatnonzero(out < 0)  # nothing found in the probed lists: the exact answer
         if len(lost):
-            out[lost] = _blocked_argmax(queries[lost], candidates)
+            out[lost] = _blocked_argmax(queries[lost], grid)
         return out
 
     return find
 
 
-def _blocked_argmax(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+def _rescored(queries: np.ndarray, found: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Of each query's proposed candidates (-1: none), the best by exact score, ties to the
+    lowest index; -1 where none was proposed."""
+    scores = np.full(found.shape, -np.inf)
+    for j in range(found.shape[1]):
+        hit = found[:, j] >= 0
+        scores[hit, j] = np.einsum("nd,nd->n", queries[hit], grid[found[hit, j]])
+    best = scores.max(axis=1, keepdims=True)
+    top = np.where((scores == best) & (found >= 0), found, np.iinfo(np.int64).max).min(axis=1)
+    return np.where(np.isfinite(best[:, 0]), top, -1)
+
+
+def _blocked_argmax(queries: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Each query's best candidate of `grid` (candidates on the grid), ties to the lowest
+    index: a running best over candidate tiles, replaced only by a strictly higher score."""
+    bits = grid_bits(grid.shape[1])
     out = np.empty(len(queries), dtype=np.int64)
     for start in range(0, len(queries), BLOCK_ROWS):
-        block = queries[start : start + BLOCK_ROWS] @ candidates.T
-        out[start : start + len(block)] = np.argmax(block, axis=1)
+        block = _on_grid(queries[start : start + BLOCK_ROWS], bits)
+        best = np.full(len(block), -np.inf)
+        arg = np.zeros(len(block), dtype=np.int64)
+        rows = np.arange(len(block))
+        for first in range(0, len(grid), CANDIDATE_TILE):
+            scores = block @ grid[first : first + CANDIDATE_TILE].T
+            top = np.argmax(scores, axis=1)
+            value = scores[rows, top]
+            better = value > best
+            best[better], arg[better] = value[better], top[better] + first
+        out[start : start + len(block)] = arg
     return out
 
 
@@ -172,6 +244,28 @@ class Voters:
 
     embeddings: np.ndarray
     labels: np.ndarray | None = None
+
+    @property
+    def has_labels(self) -> bool:
+        return self.labels is not None
+
+    def votes(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
+              search: str = "exact") -> np.ndarray:
+        """Each voter's nearest candidate of its own group (`grouped_nearest`), in record
+        order; a voter whose group has no candidate casts no vote."""
+        targets = grouped_nearest(self.embeddings, self.labels, candidates, candidate_groups,
+                                  search)
+        return targets[targets >= 0]
+
+    def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
+               search: str = "exact") -> np.ndarray:
+        """The un-noised vote histogram over the candidates (integers)."""
+        return np.bincount(self.votes(candidates, candidate_groups, search),
+                           minlength=len(candidates))
+
+    def close(self) -> None:
+        """Nothing to free: the embeddings go with this object (sharded voters stop their
+        workers here)."""
 
     def __reduce_ex__(self, protocol: object) -> object:
         raise TypeError("private voters must not reach a checkpoint, cache or worker")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth.errors import DpsynthError, InputError
-from dpsynth.ops.nearest import Voters, grouped_nearest
+from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram, Votes
 from dpsynth.privacy.noise import NoiseSource
@@ -34,7 +34,5 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
     if len(candidate_embeddings) == 0:  # a public fact: how many candidates the generator gave
         raise DpsynthError("no candidates to vote on: the generator produced no usable text "
                            "for this step, so nothing was released; check the generator")
-    targets = grouped_nearest(voters.embeddings, voters.labels, candidate_embeddings,
-                              candidate_labels, search)
-    return ledger.release(stage, mechanism, Votes(targets[targets >= 0],
-                                                  len(candidate_embeddings)), noise)
+    votes = voters.votes(candidate_embeddings, candidate_labels, search)
+    return ledger.release(stage, mechanism, Votes(votes, len(candidate_embeddings)), noise)

@@ -23,7 +23,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 from dp_accounting import dp_event
@@ -225,6 +225,17 @@ class Votes:
     n_bins: int
 
 
+@runtime_checkable
+class VoteTable(Protocol):
+    """Votes held elsewhere, by a cluster's workers (`dpsynth.ops.sharded`): how many there
+    are, and the counts of the votes a sample keeps (`keep`: one bool per vote, in the order
+    a local array of the same votes would have). The same sample gives the same histogram."""
+
+    def __len__(self) -> int: ...
+
+    def histogram(self, keep: np.ndarray, n_bins: int) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class SubsampledGaussianHistogram(Mechanism):
     """Each unit votes for one of the bins; units are Poisson-sampled at `sampling_rate`,
@@ -256,13 +267,18 @@ class SubsampledGaussianHistogram(Mechanism):
         n_bins = values.n_bins
         if n_bins < 1:
             raise ValueError(f"n_bins must be >= 1, got {n_bins}")
-        votes = np.asarray(values.targets, dtype=np.int64).ravel()
-        if votes.size and (votes.min() < 0 or votes.max() >= n_bins):
-            bad = int(np.flatnonzero((votes < 0) | (votes >= n_bins))[0])
-            raise ValueError(f"votes must lie in [0, {n_bins}); the vote at index {bad} "
-                             "does not")
-        kept = votes[noise.poisson_sample(votes.size, self.sampling_rate)]
-        counts = np.bincount(kept, minlength=n_bins)
+        if isinstance(values.targets, VoteTable):
+            table = values.targets
+            counts = table.histogram(noise.poisson_sample(len(table), self.sampling_rate),
+                                     n_bins)
+        else:
+            votes = np.asarray(values.targets, dtype=np.int64).ravel()
+            if votes.size and (votes.min() < 0 or votes.max() >= n_bins):
+                bad = int(np.flatnonzero((votes < 0) | (votes >= n_bins))[0])
+                raise ValueError(f"votes must lie in [0, {n_bins}); the vote at index {bad} "
+                                 "does not")
+            kept = votes[noise.poisson_sample(votes.size, self.sampling_rate)]
+            counts = np.bincount(kept, minlength=n_bins)
         return (counts + noise.discrete_gaussian(self.sigma, n_bins)).astype(float)
 
 

@@ -1,0 +1,191 @@
+"""Voters sharded over Ray actors (`backends.executor: ray`) on a two-CPU cluster this module
+starts on the loopback: the same histograms and the same seeded releases as the local engine,
+nothing private in Ray's object store or its logs, and actors that die with the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from dpsynth.backends import build_embedder
+from dpsynth.backends.config import EmbedderConfig, ExecutorConfig
+from dpsynth.backends.ray_cluster import init_options, ray_session
+from dpsynth.cli import main
+from dpsynth.data import PrivateDataset
+from dpsynth.errors import DpsynthError
+from dpsynth.ops import sharded
+from dpsynth.ops.nearest import private_voters
+from dpsynth.ops.sharded import ShardError, shard_voters
+from dpsynth.ops.voting import dp_nearest_votes
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram
+from dpsynth.privacy.noise import make_rng
+from tests.methods.fakes import CANARY, VOCAB, RecordingGenerator, ticket_texts
+
+ray = pytest.importorskip("ray")
+EXECUTOR = ExecutorConfig(name="ray", workers=2, cpus_per_worker=0.5)
+LABELS = list(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ray_session(EXECUTOR.model_copy(update={"workers": 4})):  # two CPUs: two shardings
+        yield ray
+
+
+@pytest.fixture(scope="module")
+def public_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("public") / "public.txt"
+    path.write_text("\n".join(" ".join(words) for words in VOCAB.values()) + "\n"
+                    + "\n".join(ticket_texts(40, seed=7)[0][1:]), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def embedder_cfg(public_file) -> EmbedderConfig:
+    return EmbedderConfig(name="tfidf", fit_texts=public_file, dim=16)
+
+
+@pytest.fixture(scope="module")
+def private() -> PrivateDataset:
+    texts, labels = ticket_texts(101)
+    return PrivateDataset(texts, labels=labels, label_names=LABELS)
+
+
+@pytest.fixture(scope="module")
+def both(cluster, private, embedder_cfg):
+    """The local voters and sharded ones over the same records."""
+    local = private_voters(private, private.embed(build_embedder(embedder_cfg)))
+    remote = shard_voters(private, embedder_cfg, None, EXECUTOR, allow_remote=False)
+    yield local, remote
+    remote.close()
+
+
+@pytest.fixture(scope="module")
+def candidates(embedder_cfg):
+    texts, labels = ticket_texts(30, seed=3)
+    codes = np.array([LABELS.index(y) for y in labels])
+    return build_embedder(embedder_cfg).encode(texts), codes
+
+
+def _in_object_store() -> list:
+    """The driver's objects Ray holds in its (spillable) object store rather than inline."""
+    core = ray._private.worker.global_worker.core_worker
+    refs = [ray.ObjectRef(key) for key in core.get_all_reference_counts()]
+    located = ray.experimental.get_object_locations(refs) if refs else {}
+    return [ref for ref, where in located.items() if where["node_ids"]]
+
+
+def test_a_cluster_of_the_runs_own_listens_on_the_loopback_and_does_not_spill(cluster):
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+    options = init_options(EXECUTOR)
+    assert options["_system_config"] == {"automatic_object_spilling_enabled": False}
+    assert options["num_cpus"] == 1
+    assert options["log_to_driver"] is False and options["include_dashboard"] is False
+    spill = init_options(ExecutorConfig(name="ray", allow_object_spilling=True,
+                                        spill_dir=Path("/secure/spill")))
+    assert "/secure/spill" in spill["_system_config"]["object_spilling_config"]
+
+
+def test_sharded_counts_are_the_local_histogram(both, candidates):
+    local, remote = both
+    embeddings, groups = candidates
+    for search_groups in (groups, None):
+        np.testing.assert_array_equal(remote.counts(embeddings, search_groups),
+                                      local.counts(embeddings, search_groups))
+    assert len(remote.votes(embeddings, groups)) == len(local.votes(embeddings, groups))
+
+
+def test_a_seeded_subsampled_release_is_the_local_one(both, candidates):
+    embeddings, groups = candidates
+    answers = []
+    for voters in both:
+        ledger = PrivacyLedger(10.0, 1e-5)
+        answers.append(dp_nearest_votes(voters, embeddings, groups,
+                                        SubsampledGaussianHistogram(2.0, 0.5), ledger,
+                                        make_rng(5)))
+    np.testing.assert_array_equal(*answers)
+
+
+def test_rows_come_from_the_shard_that_holds_them(both):
+    local, remote = both
+    for index in (0, 50, 51, 100):
+        np.testing.assert_allclose(remote.embeddings[index], local.embeddings[index],
+                                   rtol=1e-6)
+
+
+def test_nothing_private_is_stored_as_an_object(cluster, private, embedder_cfg, candidates,
+                                                monkeypatch):
+    monkeypatch.setattr(sharded, "INLINE_BYTES", 512)  # many pieces each way
+    voters = shard_voters(private, embedder_cfg, None, EXECUTOR, allow_remote=False)
+    try:
+        assert _in_object_store() == []
+        counts = voters.counts(np.repeat(candidates[0], 10, axis=0))  # 300 bins: 5 parts
+        assert counts.sum() == private.n_records
+        assert len(_in_object_store()) <= 1  # the public candidates at most
+    finally:
+        voters.close()
+
+
+def test_actors_die_with_the_run(cluster, private, embedder_cfg):
+    voters = shard_voters(private, embedder_cfg, None, EXECUTOR, allow_remote=False)
+    actor = voters._actors[0]
+    voters.close()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.row.remote(0), timeout=30)
+
+
+def test_an_actor_error_names_its_type_not_its_message():
+    @sharded._quiet
+    def fails():
+        raise ValueError(CANARY)
+
+    with pytest.raises(ShardError, match="ValueError") as caught:
+        fails()
+    assert CANARY not in str(caught.value)
+
+
+def test_a_run_on_ray_is_the_local_run_and_logs_no_private_text(cluster, tmp_path,
+                                                                public_file, monkeypatch):
+    """Same data, seed and seeded noise: the same synthetic set and spend; no worker log
+    holds a private text."""
+    texts, labels = ticket_texts(120)
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                          index=False)
+    monkeypatch.setattr("dpsynth.synthesis.build_generator",
+                        lambda *a, **k: RecordingGenerator())
+    outputs = {}
+    for name in ("local", "ray"):
+        raw = {"data": {"path": "private.csv", "label_column": "label", "labels": LABELS},
+               "budget": {"epsilon": 2.0, "noise": "seeded_not_private"},
+               "recipe": {"name": "pe", "params": {"iterations": 2, "n_samples": 12}},
+               "backends": {"embedder": {"name": "tfidf", "fit_texts": str(public_file),
+                                         "dim": 16},
+                            "executor": {"name": name, "cpus_per_worker": 0.5}},
+               "output": {"dir": str(tmp_path / name)}, "seed": 11}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(raw))
+        main(["run", str(tmp_path / f"{name}.yaml")])
+        outputs[name] = pd.read_csv(tmp_path / name / "synthetic.csv")
+    pd.testing.assert_frame_equal(outputs["local"], outputs["ray"])
+    spent = [json.loads((tmp_path / n / "privacy.json").read_text())["spent"]["epsilon"]
+             for n in outputs]
+    assert spent[0] == pytest.approx(spent[1])
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+    for path in logs.rglob("*"):
+        if path.is_file():
+            content = path.read_text(errors="ignore")
+            assert CANARY not in content and texts[5] not in content, path
+
+
+def test_shards_the_cluster_cannot_hold_are_refused_not_awaited(cluster, private,
+                                                                  embedder_cfg):
+    with pytest.raises(DpsynthError, match="workers"):
+        shard_voters(private.subset([0]), embedder_cfg, None, EXECUTOR, allow_remote=False)
+    with pytest.raises(DpsynthError, match="need 9 CPUs"):
+        shard_voters(private, embedder_cfg, None, EXECUTOR.model_copy(update={"workers": 9,
+                     "cpus_per_worker": 1.0}), allow_remote=False)
