@@ -176,3 +176,17 @@ def test_a_batch_of_queries_costs_what_its_queries_cost_one_by_one(per_query):
     together = epsilon_of(_batch(per_query, 10).event, 1e-5)
     apart = epsilon_of(dp_event.ComposedDpEvent([per_query.event] * 10), 1e-5)
     assert together == pytest.approx(apart, rel=1e-3)
+
+
+@pytest.mark.parametrize("relabel", [False, True])
+def test_relabel_decides_whether_a_candidate_may_leave_its_label(relabel):
+    """Candidates generated (a, b, b); the student finds the first most like a private b and
+    the second most like a private a. Without relabel each keeps its own label; with it, the
+    best candidate-label pairs win whatever the candidates were generated under."""
+    private = PrivateDataset(["x", "y"], labels=["a", "b"], label_names=["a", "b"])
+    recipe = KdTutor.from_config({"discriminator": "labelled", "relabel": relabel,
+                                  "n_output": 2, "label_mode": "uniform"})
+    proba = np.array([[0.1, 0.2, 0.7], [0.1, 0.8, 0.1], [0.3, 0.1, 0.6]])
+    picked = recipe._select(recipe._scores(private, proba, np.array([0, 1, 1])),
+                            np.array([0.5, 0.5]))
+    assert sorted(picked) == ([(0, 1), (1, 0)] if relabel else [(0, 0), (2, 1)])

@@ -42,15 +42,18 @@ class KdTutorParams(BaseModel):
                                "per output sample")
     n_negatives: int = Field(2_000, ge=1, description="public candidates the teachers learn "
                              "as negatives (kept apart from the ones the student ranks)")
-    teachers: int = Field(15, ge=1, description="PATE teachers, each trained on a disjoint "
+    teachers: int = Field(60, ge=1, description="PATE teachers, each trained on a disjoint "
                           "partition of the private data")
-    n_queries: int = Field(500, ge=1, description="candidates the student learns from; each "
+    n_queries: int = Field(100, ge=1, description="candidates the student learns from; each "
                            "is one noisy teacher vote on the ledger")
     query_batch: int = Field(100, ge=1, description="student queries the teachers answer per "
                              "batch")
     discriminator: Literal["binary", "labelled"] = Field(
-        "binary", description="teachers and student tell private from public (binary, the "
+        "labelled", description="teachers and student tell private from public (binary, the "
         "seed's) or also which private label (labelled: K+1 classes; binary without labels)")
+    relabel: bool = Field(False, description="discriminator: labelled — a candidate may be "
+                          "output under any label the student finds it likely to be a private "
+                          "record of, not only the label it was generated for")
     noise: Literal["gaussian", "laplace"] = Field("gaussian", description="noise on the teachers' "
                                                   "vote counts")
     label_mode: Literal["tutor", "uniform", "none"] = Field(
@@ -173,15 +176,16 @@ class KdTutor(Recipe):
                 generated: np.ndarray) -> np.ndarray:
         """How well each candidate (row) fits each output label (column), -inf where it may
         not take that label. Binary: P(private), under the label it was generated for only.
-        Labelled: P(private record of that label), under any label; a label no vote named
-        (the student knows nothing of it) keeps the candidates generated for it."""
+        Labelled: P(private record of that label), under the label it was generated for, or
+        with `relabel` under any label; a label no vote named (the student knows nothing of
+        it) keeps the candidates generated for it."""
         own = generated[:, None] == np.arange(len(label_groups(private)))
         if not self._labelled(private):
             return np.where(own, proba[:, [1]], -np.inf)
         scores = proba[:, 1:]
         unnamed = ~scores.any(axis=0)
         scores[:, unnamed] = own[:, unnamed]
-        return scores
+        return scores if self.params.relabel else np.where(own, scores, -np.inf)
 
     def _select(self, scores: np.ndarray, probs: np.ndarray) -> list[tuple[int, int]]:
         """(candidate, label) pairs, best score first, each candidate used once and each label
