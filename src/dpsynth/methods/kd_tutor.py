@@ -9,10 +9,11 @@ in label proportions set by a DP label-distribution tutor.
 
 Departures (docs/privacy.md, docs/recipes/kd_tutor.md): every student query is a release and
 all of them compose on the ledger, so the budget bounds how many candidates the student
-learns from; the paper counts the distillation once. `discriminator: labelled` makes the
-teachers (K+1)-way — the K private labels and "public" — so the noisy vote also says which
-label a candidate looks like, and a label takes the candidates the student finds most likely
-to be private records of that label, whatever label they were generated under.
+learns from; the paper counts the distillation once. `discriminator: labelled` (the default)
+makes the teachers (K+1)-way — the K private labels and "public" — so the noisy vote also says
+which label a candidate looks like, and a label takes, among the candidates generated for it,
+the ones the student finds most likely to be its private records (with `relabel`, among all
+candidates: a poor student then mislabels).
 """
 
 from __future__ import annotations
