@@ -29,11 +29,10 @@ from dpsynth.ops.pate import (
     label_within_budget,
     partition_units,
     teacher_votes,
-    train_discriminator,
+    train_classifier,
 )
 from dpsynth.privacy.config import default_delta
 from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import Gaussian
 from dpsynth.privacy.noise import NoiseSource
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     test_y = np.r_[np.ones(len(heldout_private)), np.zeros(len(heldout_public))]
 
     parts = partition_units(private_texts, args.teachers, secrets.token_bytes(16))
-    teachers = [train_discriminator(emb["private"][parts == m], emb["negatives"], m)
+    negatives_y = np.zeros(len(negatives), dtype=np.int64)
+    teachers = [train_classifier(np.vstack([emb["private"][parts == m], emb["negatives"]]),
+                                 np.r_[np.ones((parts == m).sum(), np.int64), negatives_y], m)
                 for m in range(args.teachers) if (parts == m).any()]
     single = [float(np.mean(t.predict(test_x) == test_y)) for t in teachers]
     ensemble = np.argmax(teacher_votes(teachers, test_x), axis=1)
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
                                        label_mode="none"))
         plan = recipe.budget_plan(private, eps, delta)
         ledger = PrivacyLedger(eps, delta)
-        votes = label_within_budget(teachers, emb["queries"], Gaussian,
-                                    plan.stage("student_queries").noise_scale, 100, ledger,
+        votes = label_within_budget(teachers, emb["queries"],
+                                    plan.stage("student_queries").mechanism, 100, ledger,
                                     NoiseSource())
         clean = np.argmax(teacher_votes(teachers, emb["queries"][: len(votes)]), axis=1)
         line = (f"ε={eps:g}: {len(votes)} student queries (σ "
@@ -93,8 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         if len(np.unique(votes)) < 2:
             print(line + ": the noisy labels are all one class, no student", file=sys.stdout)
             continue
-        student = train_discriminator(emb["queries"][: len(votes)][votes == 1],
-                                      emb["queries"][: len(votes)][votes == 0], args.seed)
+        student = train_classifier(emb["queries"][: len(votes)], votes, args.seed)
         print(f"{line}; student accuracy {np.mean(student.predict(test_x) == test_y):.3f}")
 
 

@@ -1,13 +1,20 @@
 """KD-Tutor specifics: the budget bounds the student's queries, more teachers make the noisy
-vote agree with the clean one, and duplicates never reach two partitions."""
+vote agree with the clean one, duplicates never reach two partitions, and a labelled vote
+moves like a binary one when a unit joins."""
 
 import numpy as np
 import pytest
 
-from dpsynth.data import PrivateDataset
+from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.kd_tutor import KdTutor
-from dpsynth.ops.pate import first_per_unit, noisy_argmax, partition_units, teacher_votes
+from dpsynth.ops.pate import (
+    first_per_unit,
+    noisy_argmax,
+    partition_units,
+    teacher_votes,
+    train_teachers,
+)
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Gaussian, Laplace
 from dpsynth.privacy.noise import NoiseSource
@@ -86,18 +93,77 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
                                        2).event) > 1.0
 
 
+@pytest.mark.parametrize("discriminator", ["binary", "labelled"])
 @pytest.mark.parametrize("mode", ["tutor", "uniform", "none"])
-def test_label_modes_shape_the_output(tmp_path, tickets, mode):
+def test_label_modes_shape_the_output(tmp_path, tickets, mode, discriminator):
     from dpsynth.synthesis import run
     from tests.methods.test_recipes import make_config
 
-    outputs = run(make_config(tmp_path, tickets, "kd_tutor", label_mode=mode),
+    outputs = run(make_config(tmp_path, tickets, "kd_tutor", label_mode=mode,
+                              discriminator=discriminator),
                   embedder=HashEmbedder(), generator=RecordingGenerator())
     stages = outputs.ledger.breakdown()
     assert ("tutor" in stages) == (mode == "tutor")
+    assert len(outputs.result.texts) == 12
+    assert len(set(outputs.result.texts)) == 12  # each candidate used once
     if mode == "uniform":
         counts = np.unique(outputs.result.labels, return_counts=True)[1]
         assert counts.max() - counts.min() <= 1
+
+
+def _cluster(rng, centre, n):
+    return [centre + 0.1 * rng.normal(size=2) for _ in range(n)]
+
+
+def test_a_unit_joining_moves_one_labelled_teacher_and_two_counts_by_one():
+    """Labelled teachers (public, a, b) on D and on D plus one unit of three records labelled
+    b where D's a records sit: only the newcomer's teacher may vote otherwise, so each query's
+    K+1 counts move in two places by one (L2 √2, L1 2: the charged Gaussian and Laplace)."""
+    rng = np.random.default_rng(0)
+    points = {f"private {i}": v for i, v in enumerate(
+        _cluster(rng, np.array([2.0, 0.0]), 30) + _cluster(rng, np.array([0.0, 2.0]), 30))}
+    labels = ["a"] * 30 + ["b"] * 30
+    newcomer = {f"newcomer {i}": v for i, v in enumerate(_cluster(rng, np.array([2, 0.]), 3))}
+    negatives = np.array(_cluster(rng, np.array([-2.0, -2.0]), 40))
+    queries = np.vstack([_cluster(rng, np.array([2.0, 0.0]), 50), rng.normal(size=(50, 2))])
+    vectors = points | newcomer
+
+    def embed(private):
+        return np.array([vectors[t] for t in private.texts(Access.LEDGERED_OP)])
+
+    d = PrivateDataset(list(points), labels=labels, label_names=["a", "b"], units=range(60),
+                       records_per_unit=3)
+    d2 = PrivateDataset([*points, *newcomer], labels=labels + ["b"] * 3,
+                        label_names=["a", "b"], units=[*range(60), 60, 60, 60],
+                        records_per_unit=3)
+    teachers = [train_teachers(data, embed, negatives, 5, b"k" * 16, 0, labelled=True)
+                for data in (d, d2)]
+    moved = [m for m in range(5) if not np.array_equal(teachers[0][m].predict(queries),
+                                                       teachers[1][m].predict(queries))]
+    assert len(moved) == 1  # the newcomer's teacher, and it did change its mind
+    diff = np.abs(teacher_votes(teachers[1], queries, 3) - teacher_votes(teachers[0], queries, 3))
+    assert diff.any()
+    assert diff.sum(axis=1).max() == 2 and (diff.max() == 1)
+    assert (diff > 0).sum(axis=1).max() == 2
+    per_query = [Gaussian(5.0, 1.0, 2), Laplace(8.0, 1.0, 2)]
+    assert np.linalg.norm(diff, axis=1).max() <= per_query[0].sensitivity + 1e-12
+    assert diff.sum(axis=1).max() <= per_query[1].sensitivity
+
+
+def test_labelled_without_labels_votes_private_or_public():
+    recipe = KdTutor.from_config({"discriminator": "labelled"})
+    assert recipe._classes(PrivateDataset(["a", "b"])) == 2
+    assert recipe._classes(PrivateDataset(["a", "b"], labels=["x", "y"])) == 3
+
+
+def test_a_k_plus_one_vote_batch_takes_the_same_charge_as_a_binary_one():
+    """noisy_argmax accepts K+1 counts per row under 2 × rows changed coordinates."""
+    ledger = PrivacyLedger(1e4, 1e-6)
+    votes = np.array([[0, 9, 1, 0, 0], [10, 0, 0, 0, 0]])
+    out = noisy_argmax(votes, Gaussian(0.1, 1.0, 4), ledger, NoiseSource(0))
+    np.testing.assert_array_equal(out, [1, 0])
+    with pytest.raises(ValueError, match="changed coordinates"):
+        noisy_argmax(votes, Gaussian(0.1, 1.0, 3), ledger, NoiseSource(0))
 
 
 @pytest.mark.parametrize("per_query", [Gaussian(5.0, 1.0, 2), Laplace(8.0, 1.0, 2)])
@@ -110,3 +176,17 @@ def test_a_batch_of_queries_costs_what_its_queries_cost_one_by_one(per_query):
     together = epsilon_of(_batch(per_query, 10).event, 1e-5)
     apart = epsilon_of(dp_event.ComposedDpEvent([per_query.event] * 10), 1e-5)
     assert together == pytest.approx(apart, rel=1e-3)
+
+
+@pytest.mark.parametrize("relabel", [False, True])
+def test_relabel_decides_whether_a_candidate_may_leave_its_label(relabel):
+    """Candidates generated (a, b, b); the student finds the first most like a private b and
+    the second most like a private a. Without relabel each keeps its own label; with it, the
+    best candidate-label pairs win whatever the candidates were generated under."""
+    private = PrivateDataset(["x", "y"], labels=["a", "b"], label_names=["a", "b"])
+    recipe = KdTutor.from_config({"discriminator": "labelled", "relabel": relabel,
+                                  "n_output": 2, "label_mode": "uniform"})
+    proba = np.array([[0.1, 0.2, 0.7], [0.1, 0.8, 0.1], [0.3, 0.1, 0.6]])
+    picked = recipe._select(recipe._scores(private, proba, np.array([0, 1, 1])),
+                            np.array([0.5, 0.5]))
+    assert sorted(picked) == ([(0, 1), (1, 0)] if relabel else [(0, 0), (2, 1)])

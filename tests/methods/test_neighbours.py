@@ -219,6 +219,14 @@ def test_one_user_of_three_records_moves_kd_tutor_within_its_charge(tmp_path, mo
     assert tutor.mechanism.sensitivity == 3  # k records may all carry one label
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_labelled_kd_tutor_moves_each_release_within_its_charge(tmp_path, monkeypatch, kind):
+    params = {**PARAMS["kd_tutor"], "discriminator": "labelled"}
+    seen = check_neighbours(tmp_path, monkeypatch, "kd_tutor", params, kind, True, 3)
+    votes = next(s for s in seen if s.stage == "student_queries")
+    assert votes.values.shape[1] == 5  # public and the four labels
+
+
 @pytest.mark.parametrize("recipe", ["dpga", "pe", "eda", "ctcl", "dpft"])
 def test_recipes_that_count_one_vote_per_unit_refuse_k_above_one_before_releasing(
         tmp_path, recipe):

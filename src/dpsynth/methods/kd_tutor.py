@@ -7,13 +7,18 @@ in label proportions set by a DP label-distribution tutor.
     student     trained on candidates labelled by the noisy teacher vote           (§3.4)
     selection   per label, the candidates the student finds most private-like      (§3.6)
 
-Departure (docs/privacy.md): every student query is a release and all of them compose on the
-ledger, so the budget bounds how many candidates the student learns from; the paper counts
-the distillation once.
+Departures (docs/privacy.md, docs/recipes/kd_tutor.md): every student query is a release and
+all of them compose on the ledger, so the budget bounds how many candidates the student
+learns from; the paper counts the distillation once. `discriminator: labelled` (the default)
+makes the teachers (K+1)-way — the K private labels and "public" — so the noisy vote also says
+which label a candidate looks like, and a label takes, among the candidates generated for it,
+the ones the student finds most likely to be its private records (with `relabel`, among all
+candidates: a poor student then mislabels).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -24,8 +29,10 @@ from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
-from dpsynth.ops.pate import label_within_budget, train_discriminator, train_teachers
+from dpsynth.ops.pate import label_within_budget, train_classifier, train_teachers
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+
+log = logging.getLogger(__name__)
 
 
 class KdTutorParams(BaseModel):
@@ -36,12 +43,18 @@ class KdTutorParams(BaseModel):
                                "per output sample")
     n_negatives: int = Field(2_000, ge=1, description="public candidates the teachers learn "
                              "as negatives (kept apart from the ones the student ranks)")
-    teachers: int = Field(15, ge=1, description="PATE teachers, each trained on a disjoint "
+    teachers: int = Field(60, ge=1, description="PATE teachers, each trained on a disjoint "
                           "partition of the private data")
-    n_queries: int = Field(500, ge=1, description="candidates the student learns from; each "
+    n_queries: int = Field(100, ge=1, description="candidates the student learns from; each "
                            "is one noisy teacher vote on the ledger")
     query_batch: int = Field(100, ge=1, description="student queries the teachers answer per "
                              "batch")
+    discriminator: Literal["binary", "labelled"] = Field(
+        "labelled", description="teachers and student tell private from public (binary, the "
+        "seed's) or also which private label (labelled: K+1 classes; binary without labels)")
+    relabel: bool = Field(False, description="discriminator: labelled — a candidate may be "
+                          "output under any label the student finds it likely to be a private "
+                          "record of, not only the label it was generated for")
     noise: Literal["gaussian", "laplace"] = Field("gaussian", description="noise on the teachers' "
                                                   "vote counts")
     label_mode: Literal["tutor", "uniform", "none"] = Field(
@@ -58,6 +71,9 @@ class KdTutor(Recipe):
 
     def _tutored(self, private: PrivateDataset) -> bool:
         return self.params.label_mode == "tutor" and private.has_labels
+
+    def _labelled(self, private: PrivateDataset) -> bool:
+        return self.params.discriminator == "labelled" and private.has_labels
 
     def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
         p = self.params
@@ -79,6 +95,9 @@ class KdTutor(Recipe):
         plan = ctx.plan
         labels = ctx.private.label_names
         groups = label_groups(ctx.private)
+        if p.discriminator == "labelled" and not ctx.private.has_labels:
+            log.warning("discriminator: labelled needs labels and the data has none: the "
+                        "teachers and the student tell private from public only (binary)")
         if ctx.resumed is None:
             pool = self._candidates(ctx, groups)
             probs = self._label_proportions(ctx, plan, groups)
@@ -92,12 +111,14 @@ class KdTutor(Recipe):
 
         teachers = self._teachers(ctx, embeddings[: p.n_negatives])
         queried, votes = self._query(ctx, plan, teachers, embeddings, ranked)
-        scores = self._student_scores(ctx, embeddings[queried], votes, embeddings[ranked])
-        ctx.report({"student_queries": len(queried), "noisy_private_votes": int(votes.sum()),
+        proba = self._student(ctx, embeddings[queried], votes, embeddings[ranked])
+        ctx.report({"student_queries": len(queried),
+                    "noisy_private_votes": int(np.count_nonzero(votes)),
                     "teachers": len(teachers), "epsilon_spent": ctx.ledger.spent()})
-        picked = self._select(scores, [pool_labels[i] for i in ranked], groups, probs)
-        out_texts = [texts[ranked[i]] for i in picked]
-        out_labels = [pool_labels[ranked[i]] for i in picked]
+        generated = np.array([groups.index(pool_labels[i]) for i in ranked], dtype=np.int64)
+        picked = self._select(self._scores(ctx.private, proba, generated), probs)
+        out_texts = [texts[ranked[i]] for i, _ in picked]
+        out_labels = [groups[g] for _, g in picked]
         return SyntheticSet(out_texts, out_labels if labels else None)
 
     def _candidates(self, ctx: RunContext, groups: list) -> tuple[list[str], list]:
@@ -121,7 +142,11 @@ class KdTutor(Recipe):
     def _teachers(self, ctx: RunContext, negatives: np.ndarray) -> list:
         """M discriminators, each on its partition of the private units (kd-tutor §3.4)."""
         return train_teachers(ctx.private, ctx.embed_private, negatives, self.params.teachers,
-                              ctx.noise.random_key(), ctx.seed)
+                              ctx.noise.random_key(), ctx.seed, self._labelled(ctx.private))
+
+    def _classes(self, private: PrivateDataset) -> int:
+        """Vote classes: public and private, or public and each private label."""
+        return 1 + len(private.label_names) if self._labelled(private) else 2
 
     def _query(self, ctx: RunContext, plan: BudgetPlan, teachers: list,
                embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -132,24 +157,50 @@ class KdTutor(Recipe):
         order = order[: p.n_queries]
         labels = label_within_budget(teachers, embeddings[order],
                                      plan.stage("student_queries").mechanism, p.query_batch,
-                                     ctx.ledger, ctx.noise)
+                                     ctx.ledger, ctx.noise, self._classes(ctx.private))
         return order[: len(labels)], labels
 
-    def _student_scores(self, ctx: RunContext, queried: np.ndarray, labels: np.ndarray,
-                        candidates: np.ndarray) -> np.ndarray:
-        """The student's P(private-like) for every candidate: post-processing of DP labels."""
-        if len(np.unique(labels)) < 2:
-            return np.full(len(candidates), float(labels[0]) if len(labels) else 0.5)
-        student = train_discriminator(queried[labels == 1], queried[labels == 0], ctx.seed)
-        return student.predict_proba(candidates)[:, 1]
+    def _student(self, ctx: RunContext, queried: np.ndarray, votes: np.ndarray,
+                 candidates: np.ndarray) -> np.ndarray:
+        """The student's P(class | candidate), one column per vote class (0 = public; a class
+        no vote named gets 0): post-processing of DP labels."""
+        proba = np.zeros((len(candidates), self._classes(ctx.private)))
+        seen = np.unique(votes)
+        if len(seen) < 2:
+            proba[:, seen] = 1.0
+            return proba
+        student = train_classifier(queried, votes, ctx.seed)
+        proba[:, student.classes_] = student.predict_proba(candidates)
+        return proba
 
-    def _select(self, scores: np.ndarray, labels: list, groups: list,
-                probs: np.ndarray) -> list[int]:
+    def _scores(self, private: PrivateDataset, proba: np.ndarray,
+                generated: np.ndarray) -> np.ndarray:
+        """How well each candidate (row) fits each output label (column), -inf where it may
+        not take that label. Binary: P(private), under the label it was generated for only.
+        Labelled: P(private record of that label), under the label it was generated for, or
+        with `relabel` under any label; a label no vote named (the student knows nothing of
+        it) keeps the candidates generated for it."""
+        own = generated[:, None] == np.arange(len(label_groups(private)))
+        if not self._labelled(private):
+            return np.where(own, proba[:, [1]], -np.inf)
+        scores = proba[:, 1:]
+        unnamed = ~scores.any(axis=0)
+        scores[:, unnamed] = own[:, unnamed]
+        return scores if self.params.relabel else np.where(own, scores, -np.inf)
+
+    def _select(self, scores: np.ndarray, probs: np.ndarray) -> list[tuple[int, int]]:
+        """(candidate, label) pairs, best score first, each candidate used once and each label
+        up to its quota (the tutor's or uniform; with label_mode none, any number)."""
         n = min(self.params.n_output, len(scores))
-        if self.params.label_mode == "none" or groups == [None]:
-            return np.argsort(-scores, kind="stable")[:n].tolist()
-        picked: list[int] = []
-        for label, quota in zip(groups, allocate(n, probs), strict=True):
-            rows = np.array([i for i, y in enumerate(labels) if y == label], dtype=np.int64)
-            picked += rows[np.argsort(-scores[rows], kind="stable")[: int(quota)]].tolist()
+        quota = (np.full(scores.shape[1], n) if self.params.label_mode == "none"
+                 else allocate(n, probs).astype(np.int64))
+        used = np.zeros(len(scores), dtype=bool)
+        picked: list[tuple[int, int]] = []
+        for flat in np.argsort(-scores, axis=None, kind="stable"):
+            row, label = divmod(int(flat), scores.shape[1])
+            if len(picked) == n or not np.isfinite(scores[row, label]):
+                break
+            if not used[row] and quota[label] > 0:
+                used[row], quota[label] = True, quota[label] - 1
+                picked.append((row, label))
         return picked

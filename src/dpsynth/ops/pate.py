@@ -1,5 +1,6 @@
 """PATE building blocks (kd-tutor §3.4): teachers on disjoint partitions of the private units,
-and the noisy aggregate of their private-vs-public votes.
+and the noisy aggregate of their votes. Class 0 is "public"; a binary teacher's class 1 is
+"private", a labelled teacher's class 1 + c is "private, label c".
 
 Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
 list: adding or removing a unit then changes one teacher only, which is what bounds the
@@ -29,23 +30,25 @@ def partition_units(unit_texts: Sequence[str], n_teachers: int, key: bytes) -> n
         dtype=np.int64, count=len(unit_texts))
 
 
-def train_discriminator(positives: np.ndarray, negatives: np.ndarray,
-                        seed: int) -> LogisticRegression:
-    """A private-vs-public classifier on embeddings (label 1 = private-like)."""
-    x = np.vstack([positives, negatives])
-    y = np.r_[np.ones(len(positives)), np.zeros(len(negatives))]
+def train_classifier(x: np.ndarray, y: np.ndarray, seed: int) -> LogisticRegression:
+    """A classifier on embeddings, classes balanced: the public negatives outnumber a
+    partition's private records."""
     model = LogisticRegression(max_iter=1000, class_weight="balanced", random_state=seed)
     return model.fit(x, y)
 
 
 def train_teachers(private: PrivateDataset,
                    embed: Callable[[PrivateDataset], np.ndarray], negatives: np.ndarray,
-                   n_teachers: int, key: bytes, seed: int) -> list:
-    """`n_teachers` private-vs-public discriminators, teacher m on partition m of the private
-    units (each unit hashed by its own texts, so a new unit moves one teacher). A unit's
-    repeated texts count once; `embed` embeds private records (the run's private path)."""
+                   n_teachers: int, key: bytes, seed: int, labelled: bool = False) -> list:
+    """`n_teachers` classifiers of private records against the public `negatives` (class 0),
+    teacher m on partition m of the private units (each unit hashed by its own texts, so a new
+    unit moves one teacher). A private record is class 1, or with `labelled` class 1 + its
+    label. A unit's repeated texts count once; `embed` embeds private records (the run's
+    private path)."""
     texts = private.texts(Access.LEDGERED_OP)
     keep = first_per_unit(texts, private.unit_ids())
+    classes = (1 + private.label_codes(Access.LEDGERED_OP)[keep] if labelled
+               else np.ones(len(keep), dtype=np.int64))
     units = private.unit_ids()[keep]
     unit_texts: dict[int, list[str]] = {}
     for i, unit in zip(keep, units, strict=True):
@@ -55,7 +58,9 @@ def train_teachers(private: PrivateDataset,
     part_of_unit = dict(zip(ids, hashed.tolist(), strict=True))
     parts = np.array([part_of_unit[int(u)] for u in units])
     private_emb = embed(private.subset(keep))
-    return [train_discriminator(private_emb[parts == m], negatives, seed + m)
+    return [train_classifier(np.vstack([private_emb[parts == m], negatives]),
+                             np.r_[classes[parts == m], np.zeros(len(negatives), np.int64)],
+                             seed + m)
             if (parts == m).any() else _AlwaysPublic() for m in range(n_teachers)]
 
 
@@ -76,14 +81,16 @@ class _AlwaysPublic:
         return np.zeros(len(x), dtype=np.int64)
 
 
-def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray) -> np.ndarray:
-    """Vote counts per query, shape (n_queries, 2): [teachers saying public, saying private].
+def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray,
+                  n_classes: int = 2) -> np.ndarray:
+    """Vote counts per query, shape (n_queries, n_classes): teachers saying each class.
 
     Hard votes, as in PATE: when a unit joins or leaves, its teacher's vote may move from one
-    class to the other, changing two counts by one (L2 sensitivity √2, as kd-tutor's Eq. 4
-    bounds the soft version); integer counts take exact discrete noise.
+    class to another, changing two counts by one whatever the number of classes (L2
+    sensitivity √2, as kd-tutor's Eq. 4 bounds the soft version; L1 2); integer counts take
+    exact discrete noise.
     """
-    counts = np.zeros((len(queries), 2), dtype=np.int64)
+    counts = np.zeros((len(queries), n_classes), dtype=np.int64)
     rows = np.arange(len(queries))
     for teacher in teachers:
         counts[rows, teacher.predict(queries).astype(np.int64)] += 1
@@ -92,18 +99,20 @@ def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray) -
 
 def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
                  noise: NoiseSource, stage: str = "student_queries") -> np.ndarray:
-    """Release the argmax of each noisy vote vector (1 = private-like). The mechanism covers
-    all rows at once: `max_changed` = 2 × rows, the same as composing one release per row."""
-    if mechanism.max_changed < votes.size:
+    """Release the argmax of each noisy vote vector (the class index). The mechanism covers
+    all rows at once: one teacher moves two counts per row, so `max_changed` = 2 × rows, the
+    same as composing one release per row, for any number of classes."""
+    if mechanism.max_changed < 2 * len(votes):
         raise ValueError(f"mechanism covers {mechanism.max_changed} changed coordinates, "
-                         f"the votes have {votes.size}")
+                         f"the votes move {2 * len(votes)}")
     noisy = np.asarray(ledger.release(stage, mechanism, votes, noise))
     return np.argmax(noisy, axis=1)
 
 
 def label_within_budget(teachers: Sequence[LogisticRegression], queries: np.ndarray,
                         per_query: Gaussian | Laplace, batch: int, ledger: PrivacyLedger,
-                        noise: NoiseSource, stage: str = "student_queries") -> np.ndarray:
+                        noise: NoiseSource, n_classes: int = 2,
+                        stage: str = "student_queries") -> np.ndarray:
     """Noisy teacher labels for `queries`, in order and batch by batch; a batch that would
     exceed the budget is halved until it fits, and labelling stops when no query fits.
     `per_query` is the planned release of one query; a batch of b releases b of them at once
@@ -116,7 +125,7 @@ def label_within_budget(teachers: Sequence[LogisticRegression], queries: np.ndar
             size //= 2
         if size == 0:
             break
-        votes = teacher_votes(teachers, queries[len(labels): len(labels) + size])
+        votes = teacher_votes(teachers, queries[len(labels): len(labels) + size], n_classes)
         labels += noisy_argmax(votes, _batch(per_query, size), ledger, noise, stage).tolist()
     return np.asarray(labels, dtype=np.int64)
 
