@@ -128,6 +128,9 @@ def test_plan_bounds_the_iterations_by_the_budget(tickets):
     assert many.stage("selection").noise_scale > few.stage("selection").noise_scale
     for plan in (few, many):
         assert plan.epsilon_composed <= 2.0
+        # votes only grow when a record is added: Gumbel 1/ε₀ per selection, not 2/ε₀
+        mech = plan.stage("selection").mechanism
+        assert mech.monotonic and mech.noise_scale == pytest.approx(1 / mech.epsilon)
 
 
 def test_offspring_follow_algorithm_2():

@@ -125,6 +125,8 @@ def assert_within_sensitivity(d: Seen, d2: Seen) -> None:
         assert norm <= mech.sensitivity + 1e-9, f"{where}: L2 {norm} > {mech.sensitivity}"
     elif isinstance(mech, m.LimitedDomainTopK):
         assert diff.max(initial=0) <= 1 and (diff > 0).sum() <= mech.l0_sensitivity, where
+        if mech.monotonic:  # charged as monotone: D' (one unit more) lowers no count
+            assert (b >= a).all(), f"{where}: a count fell on D'"
     else:  # AboveThreshold, ExponentialTopK: each query or score moves by the sensitivity
         assert diff.max(initial=0) <= mech.sensitivity, f"{where}: L∞ {diff.max()}"
 
@@ -237,3 +239,19 @@ def test_recipes_that_count_one_vote_per_unit_refuse_k_above_one_before_releasin
     with pytest.raises(ConfigError, match="max_records_per_user: recipe .* needs 1 record"):
         make_plan(config(tmp_path, "d", base_rows(True), recipe, params, 3))
     assert not (tmp_path / "out-d").exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_record_more_moves_eda_within_its_charge(tmp_path, monkeypatch, tiny_inversion,
+                                                     kind):
+    """eda's selections are charged as monotone LimitedDomain: on D' no count falls."""
+    from functools import partial
+
+    from tests.methods.test_eda import PARAMS as EDA
+    from tests.tiny_lm import INVERSION_DIM, one_torch_thread
+
+    with one_torch_thread():
+        seen = check_neighbours(tmp_path, monkeypatch, "eda",
+                                {**EDA, "decoder": str(tiny_inversion[1])}, kind, False, 1,
+                                embedder=partial(HashEmbedder, INVERSION_DIM))
+    assert seen and all(s.mechanism.inner.monotonic for s in seen)

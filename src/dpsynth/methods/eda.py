@@ -87,11 +87,12 @@ class Eda(IterativeRecipe):
     params: EdaParams
 
     def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
-        """One LimitedDomain selection per iteration; each spends δ₀ outside the PLD."""
+        """One LimitedDomain selection per iteration; each spends δ₀ outside the PLD. Vote
+        counts only grow when a record is added: the monotone LimitedDomain applies."""
         p = self.params
         return [StageSpec("selection", "limited_domain", 1.0, compositions=p.iterations,
                           selections=p.n_parents, domain_size=p.domain_size,
-                          delta=p.delta_share * delta / p.iterations)]
+                          delta=p.delta_share * delta / p.iterations, monotonic=True)]
 
     def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
         return {"generate": self.params.n_public}

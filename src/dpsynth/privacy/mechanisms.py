@@ -371,9 +371,11 @@ class LimitedDomainTopK(Mechanism):
     """LimitedDomain top-k (Durfee & Rogers 2019; embedding-eda Alg. 3) over a count histogram.
 
     Only the `domain_size` largest true counts may be chosen; a noisy ⊥ bar at
-    h_(K+1) + 1 + 2·ln(min(Δ₀, K, d-K)/δ)/ε stops the selection, so fewer than k (even zero)
-    indices may come back. Guarantee: the k-fold composition of ε-DP selections, plus δ.
-    Counts change by at most 1 (Δ∞ = 1) in at most `l0_sensitivity` bins.
+    h_(K+1) + 1 + c·ln(min(Δ₀, K, d-K)/δ)/ε stops the selection, so fewer than k (even zero)
+    indices may come back; Gumbel noise of scale c/ε. Guarantee: the k-fold composition of
+    ε-DP selections, plus δ. Counts change by at most 1 (Δ∞ = 1) in at most `l0_sensitivity`
+    bins. c = 2 in general (embedding-eda's Alg. 3); c = 1 when counts only move one way
+    between neighbours (votes under add/remove), Durfee & Rogers' own setting.
     """
 
     epsilon: float
@@ -381,6 +383,7 @@ class LimitedDomainTopK(Mechanism):
     domain_size: int
     k: int
     l0_sensitivity: int = 1
+    monotonic: bool = False
     kind: ClassVar[str] = "limited_domain"
 
     def __post_init__(self) -> None:
@@ -405,13 +408,13 @@ class LimitedDomainTopK(Mechanism):
 
     @property
     def noise_scale(self) -> float:
-        return 2.0 / self.epsilon
+        return (1.0 if self.monotonic else 2.0) / self.epsilon
 
     def bar_margin(self, bins: int) -> float:
         """How far the ⊥ bar sits above the (K+1)-th count, before its noise, for a
-        histogram of `bins` > K bins: 1 + 2·ln(min(Δ₀, K, bins−K)/δ)/ε. Public."""
+        histogram of `bins` > K bins: 1 + c·ln(min(Δ₀, K, bins−K)/δ)/ε. Public."""
         m = min(self.l0_sensitivity, self.domain_size, bins - self.domain_size)
-        return 1 + 2 * math.log(m / self.delta) / self.epsilon
+        return 1 + math.log(m / self.delta) * self.noise_scale
 
     def _release(self, values: Sequence[float], noise: NoiseSource) -> list[int]:
         hist = np.asarray(values, dtype=float)

@@ -33,9 +33,10 @@ class StageSpec:
     `max_changed` coordinates moving (a histogram of k records per unit: sensitivity k,
     max_changed 1); the query sensitivity for svt; it must be 1
     for subsampled_gaussian and limited_domain. `selections` is k and `domain_size` K for
-    limited_domain, whose fixed `delta` is spent per release outside the PLD. `dp_sgd` is a
-    DP-SGD/DP-Adam step (noise drawn by opacus): its noise scale is the noise multiplier σ/C,
-    its event a Poisson-sampled continuous Gaussian; one step per composition.
+    limited_domain, whose fixed `delta` is spent per release outside the PLD; `monotonic`
+    when its counts only grow as a unit is added (vote histograms), which halves its noise.
+    `dp_sgd` is a DP-SGD/DP-Adam step (noise drawn by opacus): its noise scale is the noise
+    multiplier σ/C, its event a Poisson-sampled continuous Gaussian; one step per composition.
     """
 
     name: str
@@ -48,6 +49,7 @@ class StageSpec:
     selections: int = 1
     domain_size: int | None = None
     delta: float = 0.0
+    monotonic: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -79,8 +81,9 @@ class StageSpec:
             probe = m.NoisyMean(1.0, -d, d)
             return m.NoisyMean(probe.noise_scale / noise_scale, -d, d)
         if kind == "limited_domain":
-            return m.LimitedDomainTopK(2 / noise_scale, self.delta,
-                                       self.domain_size or self.selections, self.selections)
+            return m.LimitedDomainTopK((1 if self.monotonic else 2) / noise_scale, self.delta,
+                                       self.domain_size or self.selections, self.selections,
+                                       monotonic=self.monotonic)
         if kind == "dp_sgd":
             raise ValueError(f"stage '{self.name}': dp_sgd noise is drawn by the trainer; "
                              "charge the stage's event instead")
