@@ -57,6 +57,16 @@ def test_plan_rejects_bad_fractions_and_names():
         StageSpec("a", "laplace", 0.0)
 
 
+def test_the_halved_noise_of_monotone_counts_is_refused_where_counts_may_fall():
+    StageSpec("select", "limited_domain", 1.0, selections=3, domain_size=30, delta=1e-6,
+              monotonic=True)
+    with pytest.raises(ValueError, match="monotonic"):
+        StageSpec("votes", "subsampled_gaussian", 1.0, sampling_rate=0.5, monotonic=True)
+    with pytest.raises(ValueError, match="monotonic"):
+        StageSpec("select", "limited_domain", 1.0, selections=3, domain_size=30, delta=1e-6,
+                  sampling_rate=0.5, monotonic=True)
+
+
 def test_plan_table_lists_every_stage_and_the_total():
     plan = plan_budget(2.0, DELTA, _dpga(), discretization=COARSE)
     console = Console(width=160, record=True)

@@ -64,6 +64,10 @@ class StageSpec:
                 and self.sensitivity != 1:
             raise ValueError(f"stage '{self.name}': {self.mechanism} has sensitivity 1, "
                              f"got {self.sensitivity}")
+        if self.monotonic and (self.mechanism != "limited_domain" or self.sampling_rate != 1):
+            raise ValueError(f"stage '{self.name}': monotonic (half the noise) holds only for "
+                             "a limited_domain vote histogram without subsampling, where a "
+                             "unit adds one vote")
         self.event_for(1.0)  # validates the remaining parameters
 
     def mechanism_for(self, noise_scale: float) -> m.Mechanism:
