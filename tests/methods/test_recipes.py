@@ -3,12 +3,15 @@ no private text sent anywhere, and kill-and-resume."""
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from dpsynth.backends.base import FAILED
 from dpsynth.config import parse_config
 from dpsynth.data import PrivateDataset
+from dpsynth.methods.dpga import Dpga
+from dpsynth.methods.dpga_metadata import Metadata
 from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 
@@ -62,8 +65,8 @@ def test_recipe_runs_unseeded_as_users_run_it(tmp_path, tickets, recipe):
 
 
 def test_dpga_releases_its_metadata(tmp_path, tickets):
-    outputs = run(make_config(tmp_path, tickets), embedder=HashEmbedder(),
-                  generator=RecordingGenerator())
+    outputs = run(make_config(tmp_path, tickets, similarity_suppression=True),
+                  embedder=HashEmbedder(), generator=RecordingGenerator())
     stages = json.loads(outputs.privacy.read_text())["breakdown"]
     assert stages["length_range_svt"]["releases"] == 2
     for stage in ("label_histogram", "length_histogram", "keyword_histogram",
@@ -74,6 +77,20 @@ def test_dpga_releases_its_metadata(tmp_path, tickets):
     assert 1 <= low <= high <= 60
     assert -1 <= first["tau"] <= 1
 
+
+
+def test_dpga_selects_by_votes_alone_by_default(tmp_path, tickets):
+    """Suppression is opt-in (docs/recipes/dpga.md): by default no τ is released or charged,
+    and each label's elites are its candidates with the most noisy votes."""
+    outputs = run(make_config(tmp_path, tickets), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    assert "similarity_threshold" not in json.loads(outputs.privacy.read_text())["breakdown"]
+    assert json.loads(outputs.metrics.read_text().splitlines()[0])["tau"] is None
+    meta = Metadata(("a", "b"), np.array([0.5, 0.5]), None, None, {}, {})
+    votes = np.array([1.0, 9.0, 3.0, 7.0, 5.0, -2.0])
+    chosen, tau = Dpga.from_config({"n_elite": 4})._select(
+        votes, np.ones((6, 2)), ["a", "a", "a", "b", "b", "b"], meta, None)
+    assert (sorted(chosen), tau) == ([1, 2, 3, 4], None)
 
 @RECIPES
 def test_no_private_text_reaches_the_generator(tmp_path, tickets, recipe):
