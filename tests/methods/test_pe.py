@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dpsynth.data import PrivateDataset
-from dpsynth.methods.pe import PeParams, PrivateEvolution, _weighted_order
+from dpsynth.methods.pe import PeParams, PrivateEvolution, _distinct_quotas, _weighted_order
 from dpsynth.synthesis import run
 from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator
 from tests.methods.test_recipes import make_config
@@ -24,6 +24,15 @@ def test_weighted_order_draws_in_proportion_and_puts_unvoted_last():
     assert all(set(o[3:]) == {0, 3} for o in orders)  # no votes: after every voted item
     assert all(sorted(o) == list(range(5)) for o in orders)  # a permutation, no repeats
     assert {tuple(o[3:]) for o in orders} == {(0, 3), (3, 0)}  # unvoted ones shuffled
+
+
+def test_a_label_short_of_candidates_passes_its_quota_on_instead_of_repeating():
+    probs = np.array([0.4, 0.3, 0.2, 0.1])
+    quotas = _distinct_quotas(np.array([40, 30, 20, 10]), np.array([5, 60, 0, 100]), probs)
+    # 55 short: 41 and 14 offered by probs 0.3 : 0.1, the first capped at 60, 11 more to the last
+    assert list(quotas) == [5, 60, 0, 35]
+    np.testing.assert_array_equal(  # too few candidates in all: the rest repeats them
+        _distinct_quotas(np.array([5, 5]), np.array([2, 3]), np.array([0.5, 0.5])).sum(), 10)
 
 
 class DistinctGenerator(RecordingGenerator):

@@ -7,9 +7,10 @@ compares against.
                S  = variation API (rewrite) of S'        — skipped after the last vote
     output S'
 
-Per label, as in DPGA: private records vote only for samples of their own label; with
-`labels_from: votes` they vote over all samples, each in its own label's cell, and a sample
-takes the label that voted for it most. Labels are allocated by a Laplace label histogram
+By default (`labels_from: votes`, a departure measured in docs/recipes/pe.md) private records
+vote over all samples, each in its own label's cell, and a sample takes the label that voted
+for it clearly most; with `labels_from: generation`, as in PE and DPGA, records vote only for
+samples of their own label. Labels are allocated by a Laplace label histogram
 (`label_fraction` of the budget), or uniformly when `label_fraction` is 0. The last draw is
 without replacement: PE's output is a varied population, never one sample repeated, so the
 output holds each selected text once.
@@ -58,9 +59,9 @@ class PeParams(BaseModel):
     label_fraction: float = Field(0.1, ge=0, lt=1, description="budget share of a DP label "
                                   "histogram; 0 allocates labels uniformly")
     labels_from: Literal["generation", "votes"] = Field(
-        "generation", description="a sample's label: the one it was generated for, or the "
-        "one whose private records voted for it most (records vote over every sample); for "
-        "generators whose label conditioning does not steer")
+        "votes", description="a sample's label: the one it was generated for, or the one "
+        "whose private records voted for it clearly most (records vote over every sample, "
+        "at the same charge); votes help wherever the generator's label conditioning is weak")
 
 
 class PrivateEvolution(IterativeRecipe):
@@ -154,12 +155,17 @@ class PrivateEvolution(IterativeRecipe):
                   probs: list[float], rng: np.random.Generator, distinct: bool) -> list[int]:
         """Draw each label's quota in proportion to its candidates' thresholded noisy votes
         (uniformly where none passed the threshold); `distinct` draws without replacement,
-        candidates with votes before those without, repeating only when the quota exceeds
-        the label's candidates."""
+        candidates with votes before those without, a label short of candidates (relabelling
+        moves samples between labels) passing its shortfall to labels with some to spare,
+        and repeating only when the whole population is too small."""
         picked: list[int] = []
-        for label, quota in zip(groups, allocate(self.params.n_samples, np.asarray(probs)),
-                                strict=True):
-            rows = np.array([i for i, y in enumerate(pop_labels) if y == label], dtype=np.int64)
+        by_label = [np.array([i for i, y in enumerate(pop_labels) if y == label],
+                             dtype=np.int64) for label in groups]
+        quotas = allocate(self.params.n_samples, np.asarray(probs))
+        if distinct:
+            quotas = _distinct_quotas(quotas, np.array([len(r) for r in by_label]),
+                                      np.asarray(probs))
+        for rows, quota in zip(by_label, quotas, strict=True):
             if quota == 0 or len(rows) == 0:
                 continue
             w = weights[rows]
@@ -170,6 +176,21 @@ class PrivateEvolution(IterativeRecipe):
             p = w / w.sum() if w.sum() > 0 else None
             picked += rows[rng.choice(len(rows), size=int(quota), p=p)].tolist()
         return picked
+
+
+def _distinct_quotas(quotas: np.ndarray, available: np.ndarray,
+                     probs: np.ndarray) -> np.ndarray:
+    """Quotas no larger than the candidates each label has, the shortfall moved to labels
+    with candidates to spare (in proportion to `probs`); what no label can take is put back
+    where candidates exist, to be repeated."""
+    total, quotas = int(quotas.sum()), np.minimum(quotas, available)
+    weights = np.asarray(probs, dtype=np.float64) + 1e-12
+    while (short := total - int(quotas.sum())) > 0 and (spare := available > quotas).any():
+        quotas = np.minimum(quotas + allocate(short, np.where(spare, weights, 0.0), 0),
+                            available)
+    if short > 0 and available.any():
+        quotas = quotas + allocate(short, np.where(available > 0, weights, 0.0), 0)
+    return quotas
 
 
 def _weighted_order(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
