@@ -198,10 +198,11 @@ def test_one_record_more_moves_each_release_within_its_charge(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_one_record_more_moves_pes_votes_by_label_within_their_charge(tmp_path, monkeypatch,
-                                                                      kind):
-    params = PARAMS["pe"] | {"labels_from": "votes"}
-    seen = check_neighbours(tmp_path, monkeypatch, "pe", params, kind, False, 1)
+@pytest.mark.parametrize("recipe", ["pe", "dpga"])
+def test_one_record_more_moves_votes_by_label_within_their_charge(tmp_path, monkeypatch,
+                                                                  recipe, kind):
+    params = PARAMS[recipe] | {"labels_from": "votes"}
+    seen = check_neighbours(tmp_path, monkeypatch, recipe, params, kind, False, 1)
     assert sum(s.stage == "voting" for s in seen) == params["iterations"]
 
 

@@ -79,6 +79,9 @@ class MisreadingGenerator(RecordingGenerator):
     def rewrite(self, texts, conditions, strength=0.5):
         return super().rewrite(texts, self._misread(conditions), strength)
 
+    def fill(self, masked_texts, conditions):
+        return super().fill(masked_texts, self._misread(conditions))
+
     @staticmethod
     def _misread(conditions):
         labels = sorted(VOCAB)
@@ -95,13 +98,15 @@ def _agreement(synthetic: pd.DataFrame) -> float:
                                                            synthetic["label"], strict=True)]))
 
 
-def test_labels_from_votes_follow_the_private_records_not_the_generator(tmp_path, tickets):
+@pytest.mark.parametrize("recipe,size", [("pe", {"n_samples": 16}), ("dpga", {})])
+def test_labels_from_votes_follow_the_private_records_not_the_generator(tmp_path, tickets,
+                                                                        recipe, size):
     """With a generator that misreads labels, labels as generated disagree with the text;
     taken from the votes, they agree with the words of the records that voted."""
     agreement = {}
     for source in ("generation", "votes"):
-        config = make_config(tmp_path, tickets, "pe", out=source, epsilon=8.0, n_samples=16,
-                             labels_from=source)
+        config = make_config(tmp_path, tickets, recipe, out=source, epsilon=8.0,
+                             noise="seeded_not_private", labels_from=source, **size)
         outputs = run(config, embedder=HashEmbedder(), generator=MisreadingGenerator())
         agreement[source] = _agreement(pd.read_csv(outputs.synthetic))
-    assert agreement["generation"] < 0.2 and agreement["votes"] > 0.9
+    assert agreement["generation"] < 0.2 and agreement["votes"] > 0.75  # 12 or 16 samples

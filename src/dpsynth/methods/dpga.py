@@ -27,11 +27,11 @@ from dpsynth.methods.base import (
     IterativeRecipe,
     RunContext,
     SyntheticSet,
-    group_codes,
     label_groups,
 )
 from dpsynth.methods.dpga_metadata import Metadata
 from dpsynth.methods.toolbox import allocate, keep_produced, mask_words, softmax
+from dpsynth.methods.votes import LabelsFrom, vote_on_samples
 from dpsynth.ops.keywords import class_keywords
 from dpsynth.ops.metadata import (
     dp_keyword_votes,
@@ -42,7 +42,6 @@ from dpsynth.ops.metadata import (
 from dpsynth.ops.nearest import Voters
 from dpsynth.ops.self_similarity import dp_self_similarity
 from dpsynth.ops.suppression import select_distinct
-from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
 
@@ -89,6 +88,10 @@ class DpgaParams(BaseModel):
                                     "by the config, never by N")
     use_length: bool = Field(True, description="condition generations on the DP length histogram; "
                              "the paper's ablation")
+    labels_from: LabelsFrom = Field(
+        "generation", description="a sample's label: the one it was generated for (the "
+        "paper), or the one whose private records voted for it clearly most (records vote "
+        "over every sample, at the same charge; pe's default, docs/recipes/pe.md)")
     use_keywords: bool = Field(True, description="condition generations on the DP keywords; the "
                                "paper's ablation")
 
@@ -146,10 +149,8 @@ class Dpga(IterativeRecipe):
         meta, tau = Metadata.from_json(state["metadata"]), state["tau"]
         texts, labels = state["texts"], state["labels"]
         pop_emb = ctx.embed_public(texts)
-        votes = dp_nearest_votes(ctx.voters(), pop_emb,
-                                 group_codes(label_groups(ctx.private), labels),
-                                 ctx.plan.stage("voting").mechanism, ctx.ledger, ctx.noise,
-                                 ctx.private.records_per_unit)
+        votes, labels = vote_on_samples(ctx, texts, pop_emb, labels, label_groups(ctx.private),
+                                        self.params.labels_from)
         elites, tau_used = self._select(votes, pop_emb, labels, meta, tau)
         row = {"population": len(texts), "elites": len(elites), "tau": tau_used,
                "noisy_votes_total": float(votes.sum()), "noisy_votes_max": float(votes.max())}

@@ -18,7 +18,7 @@ output holds each selected text once.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,19 +29,12 @@ from dpsynth.methods.base import (
     IterativeRecipe,
     RunContext,
     SyntheticSet,
-    group_codes,
     label_groups,
 )
 from dpsynth.methods.toolbox import allocate, keep_produced
+from dpsynth.methods.votes import LabelsFrom, vote_on_samples
 from dpsynth.ops.metadata import dp_label_distribution
-from dpsynth.ops.voting import dp_labelled_votes, dp_nearest_votes
 from dpsynth.privacy.planning import StageSpec
-
-RELABEL_MARGIN = 2.0
-"""With `labels_from: votes`, a sample leaves the label it was generated for only when another
-label's noisy count leads by this many σ: a bare argmax over the cells follows the noise at
-σ ≈ 8 (ε = 1). ag_news, pool, 3 seeds: margin 0 / 1 / 2 gave 0.710 / 0.772 / 0.801 at ε = 1
-and 0.812 / 0.820 / 0.826 at ε = 4 (docs/recipes/pe.md)."""
 
 
 class PeParams(BaseModel):
@@ -58,7 +51,7 @@ class PeParams(BaseModel):
                                     "variation API) changes a text (0 to 1)")
     label_fraction: float = Field(0.1, ge=0, lt=1, description="budget share of a DP label "
                                   "histogram; 0 allocates labels uniformly")
-    labels_from: Literal["generation", "votes"] = Field(
+    labels_from: LabelsFrom = Field(
         "votes", description="a sample's label: the one it was generated for, or the one "
         "whose private records voted for it clearly most (records vote over every sample, "
         "at the same charge); votes help wherever the generator's label conditioning is weak")
@@ -108,7 +101,8 @@ class PrivateEvolution(IterativeRecipe):
         counts; S = variation of S' (after the last vote, S' is the output)."""
         p, groups = self.params, label_groups(ctx.private)
         texts, labels = state["texts"], state["labels"]
-        votes, labels = self._vote(ctx, texts, labels, groups)
+        votes, labels = vote_on_samples(ctx, texts, ctx.embed_public(texts), labels, groups,
+                                        p.labels_from, p.threshold)
         weights = np.where(votes >= p.threshold, votes, 0.0)
         picked = self._resample(weights, labels, groups, state["label_probs"],
                                 np.random.default_rng([ctx.seed, t + 1]), distinct=last)
@@ -125,31 +119,6 @@ class PrivateEvolution(IterativeRecipe):
     def output(self, ctx: RunContext, state: dict) -> SyntheticSet:
         return SyntheticSet(state["texts"],
                             state["labels"] if ctx.private.has_labels else None)
-
-    def _vote(self, ctx: RunContext, texts: list[str], labels: list,
-              groups: list) -> tuple[np.ndarray, list]:
-        """Noisy votes per sample, and its label: as generated, or (`labels_from: votes`) the
-        label whose records gave it the most noisy votes, with those votes, where that count
-        reaches the threshold and leads the generated label's by RELABEL_MARGIN σ. Copies of
-        a text take the label of its first copy, which holds all its votes (ties go to the
-        lowest index). Everything here reads the noisy cells and public labels only."""
-        embeddings = ctx.embed_public(texts)
-        mechanism = ctx.plan.stage("voting").mechanism
-        if self.params.labels_from == "generation" or groups == [None]:
-            return dp_nearest_votes(ctx.voters(), embeddings, group_codes(groups, labels),
-                                    mechanism, ctx.ledger, ctx.noise,
-                                    ctx.private.records_per_unit), labels
-        cells = dp_labelled_votes(ctx.voters(), embeddings, len(groups), mechanism, ctx.ledger,
-                                  ctx.noise, ctx.private.records_per_unit)
-        rows, generated = np.arange(len(cells)), group_codes(groups, labels)
-        best = np.argmax(cells, axis=1)
-        lead = cells[rows, best] - cells[rows, generated]
-        relabel = ((cells[rows, best] >= self.params.threshold)
-                   & (lead >= RELABEL_MARGIN * mechanism.sigma))
-        best = np.where(relabel, best, generated)
-        first = {}
-        best = best[[first.setdefault(text, i) for i, text in enumerate(texts)]]
-        return cells[np.arange(len(cells)), best], [groups[i] for i in best]
 
     def _resample(self, weights: np.ndarray, pop_labels: list, groups: list,
                   probs: list[float], rng: np.random.Generator, distinct: bool) -> list[int]:
