@@ -146,7 +146,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
                      plan=run_plan.budget, label_names=config.data.label_names or {},
                      report=report, resumed=resumed[:2] if resumed else None,
                      allow_remote_embedding=backends.embedder.allow_remote_on_private,
-                     sharded=_sharding(config))
+                     sharded=_sharding(config), search=backends.executor.search)
     with ray_session(backends.executor):
         try:
             result = run_plan.recipe.run(ctx)

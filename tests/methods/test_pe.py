@@ -110,3 +110,18 @@ def test_labels_from_votes_follow_the_private_records_not_the_generator(tmp_path
         outputs = run(config, embedder=HashEmbedder(), generator=MisreadingGenerator())
         agreement[source] = _agreement(pd.read_csv(outputs.synthetic))
     assert agreement["generation"] < 0.2 and agreement["votes"] > 0.75  # 12 or 16 samples
+
+
+def test_the_executors_search_finds_every_vote(tmp_path, tickets, monkeypatch):
+    """`backends.executor.search` reaches the voters: every vote of the run searches with it."""
+    from dpsynth.backends.config import ExecutorConfig
+    from dpsynth.ops import nearest
+
+    used, searcher = [], nearest.searcher
+    monkeypatch.setattr(nearest, "searcher", lambda c, s: (used.append(s), searcher(c, s))[1])
+    config = make_config(tmp_path, tickets, "pe", n_samples=24)
+    config = config.model_copy(update={"backends": config.backends.model_copy(
+        update={"executor": ExecutorConfig(search="hnsw")})})
+    assert len(pd.read_csv(run(config, embedder=HashEmbedder(),
+                               generator=DistinctGenerator()).synthetic)) == 24
+    assert used and set(used) == {"hnsw"}

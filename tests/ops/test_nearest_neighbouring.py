@@ -67,12 +67,12 @@ def test_one_voter_moves_the_histogram_by_its_own_vote(search, mode, blocks):
         if mode == "grouped_nearest":
             return nearest.grouped_nearest(v, lab, cands, cand_labels, search)
         if mode == "labelled_cells":
-            return nearest.Voters(v, lab).votes(cands, search=search, n_labels=LABELS)
+            return nearest.Voters(v, lab, search).votes(cands, n_labels=LABELS)
         return nearest.nearest_indices(v, cands, search)
 
     def histogram(v, lab):
         if mode == "labelled_cells":
-            return nearest.Voters(v, lab).counts(cands, search=search, n_labels=LABELS)
+            return nearest.Voters(v, lab, search).counts(cands, n_labels=LABELS)
         if mode == "grouped_nearest":
             return np.bincount(votes(v, lab), minlength=N_CANDIDATES).astype(np.float64)
         return nearest.vote_counts(v, cands, search)

@@ -178,6 +178,11 @@ class ExecutorConfig(BaseModel):
     workers: int = Field(2, gt=0, description="ray: shards of the private set, one actor "
                          "each, holding its shard's embeddings in memory for the run")
     cpus_per_worker: float = Field(1.0, gt=0, description="ray: CPUs each actor reserves")
+    search: Literal["exact", "hnsw", "ivf"] = Field(
+        "exact", description="how a vote finds each private record's nearest candidate: "
+        "exact, or faiss' approximate HNSW or IVF index for very large candidate sets (the "
+        "same privacy charge: each record still casts one vote; docs/privacy.md)"
+    )
     allow_object_spilling: bool = Field(
         False, description="ray, cluster started by dpsynth: let Ray spill its object store "
         "to spill_dir (off by default; private data never enters the object store either way)"

@@ -69,6 +69,9 @@ class RunContext:
     """Builds the voters on a Ray cluster's workers (`backends.executor: ray`;
     `dpsynth.ops.sharded`); None: embedded here, by `embed_private`."""
 
+    search: str = "exact"
+    """`backends.executor.search`: how the voters find each record's nearest candidate."""
+
     _public_embeddings: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _voters: Voters | None = field(default=None, repr=False)
 
@@ -103,7 +106,8 @@ class RunContext:
         """The private records as nearest-neighbour voters, embedded once per run."""
         if self._voters is None:
             self._voters = (self.sharded(self.private) if self.sharded is not None
-                            else private_voters(self.private, self.embed_private()))
+                            else private_voters(self.private, self.embed_private(),
+                                                self.search))
         return self._voters
 
     def close(self) -> None:

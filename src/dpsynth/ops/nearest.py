@@ -248,17 +248,23 @@ class Voters:
     """Private records as nearest-neighbour voters: their embeddings and label codes.
 
     Built by `private_voters` and read only by ops; a recipe holds one to hand it back. It
-    refuses pickling, like the dataset it comes from."""
+    refuses pickling, like the dataset it comes from. `search` (one of SEARCHES) is how every
+    vote finds a voter's nearest candidate: the run's `backends.executor.search`."""
 
     embeddings: np.ndarray
     labels: np.ndarray | None = None
+    search: str = "exact"
+
+    def __post_init__(self) -> None:
+        if self.search not in SEARCHES:
+            raise ValueError(f"search={self.search!r}: one of {', '.join(SEARCHES)}")
 
     @property
     def has_labels(self) -> bool:
         return self.labels is not None
 
     def votes(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-              search: str = "exact", n_labels: int | None = None) -> np.ndarray:
+              n_labels: int | None = None) -> np.ndarray:
         """Each voter's nearest candidate of its own group (`grouped_nearest`), in record
         order; a voter whose group has no candidate casts no vote.
 
@@ -266,18 +272,18 @@ class Voters:
         of them, cast in the cell of the voter's own label (bin `candidate·n_labels +
         label`), so that the votes, not the generator, say which label a candidate is."""
         if n_labels is not None:
-            return labelled_cells(nearest_indices(self.embeddings, candidates, search),
+            return labelled_cells(nearest_indices(self.embeddings, candidates, self.search),
                                   self.labels, n_labels)
         targets = grouped_nearest(self.embeddings, self.labels, candidates, candidate_groups,
-                                  search)
+                                  self.search)
         return targets[targets >= 0]
 
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-               search: str = "exact", n_labels: int | None = None) -> np.ndarray:
+               n_labels: int | None = None) -> np.ndarray:
         """The un-noised vote histogram over the candidates (integers), or over the
         (candidate, label) cells with `n_labels`."""
         cells = len(candidates) * (n_labels or 1)
-        return np.bincount(self.votes(candidates, candidate_groups, search, n_labels),
+        return np.bincount(self.votes(candidates, candidate_groups, n_labels),
                            minlength=cells)
 
     def close(self) -> None:
@@ -291,7 +297,8 @@ class Voters:
         return "Voters(private)"
 
 
-def private_voters(private: PrivateDataset, embeddings: np.ndarray) -> Voters:
+def private_voters(private: PrivateDataset, embeddings: np.ndarray,
+                   search: str = "exact") -> Voters:
     """The private set's voters; labels only where the data has them."""
     codes = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
-    return Voters(np.asarray(embeddings), codes)
+    return Voters(np.asarray(embeddings), codes, search)

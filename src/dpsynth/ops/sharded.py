@@ -59,9 +59,10 @@ class Shard:
     records in inline pieces, then asked for votes."""
 
     def __init__(self, embedder: EmbedderConfig, base_dir: Path | None,
-                 allow_remote: bool) -> None:
+                 allow_remote: bool, search: str) -> None:
         self._embedder_cfg = (embedder, base_dir)
         self._allow_remote = allow_remote
+        self._search = search
         self._inbox: dict[str, list[np.ndarray]] = {}
         self._voters: Voters | None = None
         self._votes = np.zeros(0, dtype=np.int64)
@@ -82,15 +83,15 @@ class Shard:
         labels = self._take("labels") if "labels" in self._inbox else None
         embeddings = PrivateDataset(texts).embed(build_embedder(*self._embedder_cfg),
                                                  allow_remote=self._allow_remote)
-        self._voters = Voters(embeddings, labels)
+        self._voters = Voters(embeddings, labels, self._search)
         return len(texts)
 
     @_quiet
     def vote(self, candidates: np.ndarray, candidate_groups: np.ndarray | None,
-             search: str, n_labels: int | None = None) -> int:
+             n_labels: int | None = None) -> int:
         """Find each record's candidate and keep the votes; return how many there are."""
         assert self._voters is not None
-        self._votes = self._voters.votes(candidates, candidate_groups, search, n_labels)
+        self._votes = self._voters.votes(candidates, candidate_groups, n_labels)
         return len(self._votes)
 
     @_quiet
@@ -127,15 +128,15 @@ class ShardedVoters:
         raise TypeError("private voters must not reach a checkpoint, cache or worker")
 
     def votes(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-              search: str = "exact", n_labels: int | None = None) -> ShardVotes:
+              n_labels: int | None = None) -> ShardVotes:
         ref = self._ray.put(np.ascontiguousarray(candidates))  # public: may be stored
-        sizes = self._ray.get([a.vote.remote(ref, candidate_groups, search, n_labels)
+        sizes = self._ray.get([a.vote.remote(ref, candidate_groups, n_labels)
                                for a in self._actors])
         return ShardVotes(self, sizes)
 
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
-               search: str = "exact", n_labels: int | None = None) -> np.ndarray:
-        return self.votes(candidates, candidate_groups, search, n_labels).histogram(
+               n_labels: int | None = None) -> np.ndarray:
+        return self.votes(candidates, candidate_groups, n_labels).histogram(
             None, len(candidates) * (n_labels or 1))
 
     def close(self) -> None:
@@ -204,7 +205,7 @@ def shard_voters(private: PrivateDataset, embedder: EmbedderConfig, base_dir: Pa
     actors = []
     for block in blocks:
         actor = actor_class.remote(embedder.model_copy(update={"cache": None}), base_dir,
-                                   allow_remote)
+                                   allow_remote, executor.search)
         encoded = [texts[i].encode("utf-8") for i in block]
         _send(actor, "texts", np.frombuffer(b"".join(encoded), dtype=np.uint8))
         _send(actor, "ends", np.cumsum([len(t) for t in encoded], dtype=np.int64))

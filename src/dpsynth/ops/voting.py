@@ -21,23 +21,23 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
                      candidate_labels: np.ndarray | None,
                      mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
                      noise: NoiseSource, records_per_unit: int = 1,
-                     stage: str = "voting", search: str = "exact") -> np.ndarray:
+                     stage: str = "voting") -> np.ndarray:
     """Noisy vote count per candidate (floats; may be negative).
 
     The mechanism samples and counts one vote per unit, so units must hold one record.
-    `search` picks the nearest-neighbour search (`dpsynth.ops.nearest.SEARCHES`); an
+    The voters' search (`dpsynth.ops.nearest.SEARCHES`) finds each unit's candidate; an
     approximate one still gives each unit one vote for one candidate, so the charge is the
     same.
     """
     _check(records_per_unit, candidate_embeddings)
-    votes = voters.votes(candidate_embeddings, candidate_labels, search)
+    votes = voters.votes(candidate_embeddings, candidate_labels)
     return ledger.release(stage, mechanism, Votes(votes, len(candidate_embeddings)), noise)
 
 
 def dp_labelled_votes(voters: Voters, candidate_embeddings: np.ndarray, n_labels: int,
                       mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
-                      noise: NoiseSource, records_per_unit: int = 1, stage: str = "voting",
-                      search: str = "exact") -> np.ndarray:
+                      noise: NoiseSource, records_per_unit: int = 1,
+                      stage: str = "voting") -> np.ndarray:
     """Noisy vote count per candidate and label, shape (candidates, n_labels).
 
     Each record votes for its nearest candidate whatever label it was generated for, in its
@@ -47,7 +47,7 @@ def dp_labelled_votes(voters: Voters, candidate_embeddings: np.ndarray, n_labels
     only the histogram is n_labels times longer.
     """
     _check(records_per_unit, candidate_embeddings)
-    votes = voters.votes(candidate_embeddings, search=search, n_labels=n_labels)
+    votes = voters.votes(candidate_embeddings, n_labels=n_labels)
     cells = Votes(votes, len(candidate_embeddings) * n_labels)
     return ledger.release(stage, mechanism, cells, noise).reshape(-1, n_labels)
 
