@@ -23,6 +23,15 @@ def test_minilm_is_local_normalised_and_deterministic(minilm):
     assert sims[0, 2] > sims[0, 1]  # paraphrases sit closer than unrelated texts
 
 
+def test_texts_batched_by_length_come_back_in_the_order_given(minilm):
+    texts = ["a much longer text about a parcel that never arrived at the depot on time",
+             "hi", "my invoice is wrong", "ok", "reset my password please, it expired today"]
+    together = minilm.encode(texts)
+    alone = np.concatenate([minilm.encode([t]) for t in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    assert not np.allclose(together, minilm.encode(sorted(texts, key=len)), atol=1e-3)
+
+
 def test_minilm_empty_input(minilm):
     assert minilm.encode([]).shape == (0, 384)
 

@@ -22,6 +22,7 @@ pool holds. Only generate draws at random, from the seed and its call count (as 
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -206,7 +207,7 @@ class PoolGenerator(Generator):
             self._repeats += 1
             used.clear()
             blocked = set(exclude)
-        free = [int(i) for i in order if int(i) not in blocked][:want]
+        free = list(itertools.islice((i for i in map(int, order) if i not in blocked), want))
         if not free:
             free = [i for i in range(len(self.index)) if i not in blocked][:want]
         return free or [int(order[0])]  # the excluded parents are the whole pool
