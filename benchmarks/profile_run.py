@@ -3,10 +3,12 @@
     python benchmarks/profile_run.py main            # the README's job (bundled example)
     python benchmarks/profile_run.py pe  [--n 200]   # pe / dpga / eda on an ag_news sample
     python benchmarks/profile_run.py eda [--n 200] [--private 1000] [--out DIR]
+    python benchmarks/profile_run.py dpga --n 1000 --private 2000 --generator pool
 
 `main` runs the bundled example as `dpsynth run` does. The others run the recipe at a modest
 size (`--n` synthetic records, a few iterations; see `sizes`) on a sample of `--private`
-records of ../shared/data/ag_news/train.csv, offline generator and MiniLM embedder. The
+records of ../shared/data/ag_news/train.csv, MiniLM embedder, the offline generator or
+(`--generator pool`) the shipped public pool. The
 summary (wall and CPU time, load average, the top functions by cumulative and by own time)
 goes to benchmarks/results/profile-NAME[-TAG].txt; the raw profile to OUT/NAME.prof. Numbers are
 wall-clock on a shared machine: read them as shares of the run, not as absolute speeds.
@@ -42,7 +44,8 @@ def sizes(n: int) -> dict[str, dict]:
     }
 
 
-def write_config(name: str, params: dict, private: int, folder: Path) -> Path:
+def write_config(name: str, params: dict, private: int, folder: Path,
+                 generator: str = "offline") -> Path:
     """A run config for recipe `name` on `private` ag_news records (shared with
     recipe_speed.py); its output goes to FOLDER/NAME."""
     import pandas as pd
@@ -57,7 +60,7 @@ def write_config(name: str, params: dict, private: int, folder: Path) -> Path:
                  "label_column": "label", "labels": sorted(data["label"].unique().tolist())},
         "budget": {"epsilon": 4.0},
         "recipe": {"name": name, "params": params},
-        "backends": {"embedder": {"name": "minilm"}, "generator": {"name": "offline"}},
+        "backends": {"embedder": {"name": "minilm"}, "generator": {"name": generator}},
         "output": {"dir": str(folder / name)},
         "seed": 0,
     }
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("name", choices=["main", "dpga", "pe", "eda"])
     parser.add_argument("--n", type=int, default=200, help="synthetic records")
     parser.add_argument("--private", type=int, default=1000, help="private records")
+    parser.add_argument("--generator", choices=["offline", "pool"], default="offline")
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--out", type=Path, default=None, help="folder for the runs")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
@@ -96,10 +100,10 @@ def main() -> None:
         what = "dpsynth run (the bundled example: dpga, its public forum pool, MiniLM)"
     else:
         argv = ["run", str(write_config(args.name, sizes(args.n)[args.name], args.private,
-                                        folder)),
+                                        folder, args.generator)),
                 "--log-level", "warning"]
         what = (f"{args.name}, {args.n} synthetic records from {args.private} ag_news records, "
-                f"params {sizes(args.n)[args.name]}")
+                f"{args.generator} generator, params {sizes(args.n)[args.name]}")
     load0 = os.getloadavg()
     wall, cpu = time.perf_counter(), time.process_time()
     prof = folder / f"{args.name}.prof"
@@ -113,7 +117,8 @@ def main() -> None:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     head = (f"# profile of {what}\n"
             f"# command: python benchmarks/profile_run.py {args.name}"
-            + ("" if args.name == "main" else f" --n {args.n} --private {args.private}") + "\n"
+            + ("" if args.name == "main" else f" --n {args.n} --private {args.private} "
+                                              f"--generator {args.generator}") + "\n"
             f"# wall {wall:.0f} s, CPU {cpu:.0f} s (CPU/wall {cpu / wall:.2f}), "
             f"{os.cpu_count()} CPUs, load average {load0[0]:.1f} at start, "
             f"{os.getloadavg()[0]:.1f} at end\n")
