@@ -27,7 +27,6 @@ from dpsynth.backends.offline import format as fmt
 from dpsynth.backends.offline.inversion import (
     InversionDecoder,
     InversionSpec,
-    file_sha256,
     inversion_dir,
     new_model,
     save_model,
@@ -86,10 +85,8 @@ def train(args: argparse.Namespace) -> None:
     meta = json.loads((CACHE / "prepare.json").read_text(encoding="utf-8"))
     texts = json.loads((CACHE / "train.json").read_text(encoding="utf-8"))
     emb = torch.from_numpy(np.load(CACHE / "train.npy"))
-    spec = InversionSpec(embedding_dim=emb.shape[1],
-                         base_sha256=file_sha256(asset_dir() / "model.safetensors"),
-                         prefix_length=args.prefix, hidden=args.hidden,
-                         max_tokens=args.max_tokens, embedder=meta["embedder"])
+    spec = InversionSpec(embedding_dim=emb.shape[1], prefix_length=args.prefix,
+                         hidden=args.hidden, max_tokens=args.max_tokens, embedder=meta["embedder"])
     model = new_model(spec, asset_dir())
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)

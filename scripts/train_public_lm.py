@@ -7,6 +7,12 @@ Steps (each a subcommand; together they reproduce src/dpsynth/assets/public_lm/)
     python scripts/train_public_lm.py export               # weights -> package assets
     python scripts/train_public_lm.py evaluate             # held-out perplexity
 
+Continuing a shipped model (same tokenizer, keyword IDF and held-out documents; only
+documents past the first run's word budget are trained on):
+
+    python scripts/train_public_lm.py --cache C prepare --continue-from DIR --words-scale 2
+    python scripts/train_public_lm.py --cache C train --init-from DIR --lr 5e-4 ...
+
 The corpus is public text only: ../shared/data/public (Wikipedia, Wikinews, Gutenberg) and the
 IMDB and SST-2 reviews. The sets used as private data in tests and benchmarks are refused.
 Every document gets a condition (kind of document, sentiment label where it has one, TF-IDF
@@ -118,9 +124,13 @@ def read_source(data_dir: Path, folder: str) -> list[tuple[str, str | None]]:
             for t, lab in zip(frame["text"], frame["label"], strict=True)]
 
 
-def build_corpus(data_dir: Path, rng: random.Random) -> list[Doc]:
-    """A seeded sample of each public source, cut into documents of model-sized length."""
+def build_corpus(data_dir: Path, rng: random.Random,
+                 words_scale: float = 1.0) -> tuple[list[Doc], dict[str, int]]:
+    """A seeded sample of each public source, cut into documents of model-sized length, and
+    per kind how many of them the budget at `words_scale` 1 takes. The shuffle depends on the
+    seed alone, so a larger scale extends each kind's list of the first run past its end."""
     docs: list[Doc] = []
+    first: dict[str, int] = {}
     for folder, (kind, budget) in PUBLIC_SOURCES.items():
         rows = read_source(data_dir, folder)
         rng.shuffle(rows)
@@ -131,10 +141,34 @@ def build_corpus(data_dir: Path, rng: random.Random) -> list[Doc]:
                 if n >= MIN_DOC_WORDS:
                     docs.append(Doc(kind, piece, label))
                     words += n
-            if words >= budget:
+            if kind not in first and words >= budget:
+                first[kind] = sum(d.kind == kind for d in docs)
+            if words >= budget * words_scale:
                 break
+        first.setdefault(kind, sum(d.kind == kind for d in docs))
         print(f"{folder}: {words:,} words", flush=True)
-    return docs
+    return docs, first
+
+
+def split_heldout(docs: list[Doc], first: dict[str, int],
+                  fresh_only: bool) -> tuple[list[Doc], list[Doc]]:
+    """(held-out, train). Held out: the head of each kind's first-run documents, the same for
+    any `words_scale`. Train: the rest of them, or with `fresh_only` the documents past the
+    first run's budget, never a text equal to a held-out one."""
+    by_kind: dict[str, list[Doc]] = {}
+    for d in docs:
+        by_kind.setdefault(d.kind, []).append(d)
+    cut = {k: min(HELDOUT_PER_KIND, math.ceil(HELDOUT_MAX_SHARE * first[k])) for k in by_kind}
+    heldout = [d for k, kind_docs in by_kind.items() for d in kind_docs[: cut[k]]]
+    start = first if fresh_only else cut
+    seen = {d.text for d in heldout}
+    train = [d for k, kind_docs in by_kind.items() for d in kind_docs[start[k] :]
+             if d.text not in seen]
+    assert seen.isdisjoint(d.text for d in train), "a held-out text is in the training set"
+    dropped = sum(len(v) - start[k] for k, v in by_kind.items()) - len(train)
+    print(f"held out {len(heldout):,} documents; {dropped} training copies of them dropped",
+          flush=True)
+    return heldout, train
 
 
 def fit_keywords(docs: list[Doc]) -> KeywordExtractor:
@@ -219,24 +253,27 @@ def pack(ids: list[list[int]], eos: int, rng: random.Random) -> np.ndarray:
 
 
 def prepare(args: argparse.Namespace) -> None:
+    """The training rows and held-out documents. With `continue_from` (a model folder), its
+    tokenizer and keyword IDF are kept and only documents new to it are trained on."""
+    import shutil
+
     data_dir, cache = Path(args.data_dir), Path(args.cache)
     refuse_private(data_dir)
     cache.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
-    docs = build_corpus(data_dir, rng)
-    by_kind: dict[str, list[Doc]] = {}
-    for d in docs:
-        by_kind.setdefault(d.kind, []).append(d)
-    cut = {k: min(HELDOUT_PER_KIND, math.ceil(HELDOUT_MAX_SHARE * len(v)))
-           for k, v in by_kind.items()}
-    heldout = [d for k, kind_docs in by_kind.items() for d in kind_docs[: cut[k]]]
-    train = [d for k, kind_docs in by_kind.items() for d in kind_docs[cut[k] :]]
-    extractor = fit_keywords(train)
-    for d in docs:
+    base = getattr(args, "continue_from", None)
+    docs, first = build_corpus(data_dir, rng, getattr(args, "words_scale", 1.0))
+    heldout, train = split_heldout(docs, first, fresh_only=base is not None)
+    if base is None:
+        extractor = fit_keywords(train)
+        extractor.save(cache / KEYWORDS_FILE)
+        train_tokenizer(train).save(str(cache / TOKENIZER_FILE))
+    else:
+        for name in (TOKENIZER_FILE, KEYWORDS_FILE):
+            shutil.copy(Path(base) / name, cache / name)
+        extractor = KeywordExtractor.load(cache / KEYWORDS_FILE)
+    for d in heldout + train:
         d.keywords = extractor.top(d.text)
-    extractor.save(cache / KEYWORDS_FILE)
-    tok = train_tokenizer(train)
-    tok.save(str(cache / TOKENIZER_FILE))
     tok = load_tokenizer(cache)
     sequences = [to_sequence(d, rng) for d in train]
     ids = [e.ids for e in tok.encode_batch(sequences)]
@@ -245,6 +282,7 @@ def prepare(args: argparse.Namespace) -> None:
     (cache / "heldout.jsonl").write_text(
         "".join(json.dumps(asdict(d)) + "\n" for d in heldout), encoding="utf-8")
     stats = {"documents": len(train), "heldout_documents": len(heldout),
+             "first_run_documents": sum(first.values()) - len(heldout),
              "words": sum(fmt.count_words(d.text) for d in train),
              "tokens": int((rows >= 0).sum()), "rows": len(rows),
              "fim_sequences": sum(fmt.FILL in s for s in sequences),
@@ -292,6 +330,22 @@ def arch(args: argparse.Namespace) -> dict[str, int]:
             "n_head": getattr(args, "n_head", 4)}
 
 
+def load_weights(model, folder: Path) -> None:
+    """Start from a model folder's weights (float16 in the package, trained on in float32);
+    its shape and vocabulary must be the ones being trained."""
+    import torch
+    from safetensors.torch import load_file
+
+    shape = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    for key in ("vocab_size", "n_layer", "n_embd", "n_head", "n_positions"):
+        if shape[key] != getattr(model.config, key):
+            sys.exit(f"--init-from {folder}: {key} is {shape[key]}, the run's is "
+                     f"{getattr(model.config, key)}")
+    weights = {k: v.to(torch.float32) for k, v in load_file(str(folder / "model.safetensors"))
+               .items()}
+    model.load_state_dict(weights, strict=True)
+
+
 def train(args: argparse.Namespace) -> None:
     import torch
 
@@ -313,6 +367,9 @@ def train(args: argparse.Namespace) -> None:
         torch.set_rng_state(ckpt["torch_rng"])
         state = ckpt["state"]
         print(f"resumed at step {state['step']}", flush=True)
+    elif args.init_from:
+        load_weights(model, Path(args.init_from))
+        print(f"initialised from {args.init_from}", flush=True)
     model.train()
     stop = {"asked": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(asked=True))  # finish step, save, exit
@@ -382,6 +439,7 @@ def export(args: argparse.Namespace) -> None:
                 "train_seconds": round(state["seconds"]), "batch_rows": ckpt["args"]["batch"],
                 "context": CONTEXT, "peak_lr": ckpt["args"]["lr"], "seed": ckpt["args"]["seed"],
                 "parameters": sum(p.numel() for p in model.parameters()),
+                "init_from": ckpt["args"].get("init_from"),
                 "corpus": json.loads((cache / "corpus.json").read_text(encoding="utf-8"))}
     (cache / "training.json").write_text(json.dumps(training, indent=1), encoding="utf-8")
     print(json.dumps(training), flush=True)
@@ -427,6 +485,10 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("data_dir", nargs="?", default=str(DEFAULT_DATA))
+    p.add_argument("--continue-from", default=None, help="a model folder whose tokenizer and "
+                   "keyword IDF to keep; train only on documents its run did not sample")
+    p.add_argument("--words-scale", type=float, default=1.0, help="sample this many times "
+                   "each source's word budget (with --continue-from: the new part is trained)")
     t = sub.add_parser("train")
     t.add_argument("--max-steps", type=int, default=3000)
     t.add_argument("--batch", type=int, default=16, help="rows of CONTEXT tokens per step")
@@ -434,6 +496,8 @@ def main() -> None:
     t.add_argument("--warmup", type=int, default=100)
     t.add_argument("--decay-frac", type=float, default=0.25)
     t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--init-from", default=None, help="start from this model folder's weights "
+                   "(a fresh optimizer and schedule) instead of at random")
     t.add_argument("--n-layer", type=int, default=4)
     t.add_argument("--n-embd", type=int, default=256)
     t.add_argument("--n-head", type=int, default=4)

@@ -74,16 +74,14 @@ def build_tiny_inversion(folder: Path, lm_dir: Path, dim: int, steps: int = 20,
     from dpsynth.backends.offline import format as fmt
     from dpsynth.backends.offline.inversion import (
         InversionSpec,
-        file_sha256,
         new_model,
         save_model,
     )
     from dpsynth.backends.offline.model import load_tokenizer
     from tests.methods.fakes import HashEmbedder
 
-    spec = InversionSpec(embedding_dim=dim, base_lm=str(lm_dir),
-                         base_sha256=file_sha256(lm_dir / "model.safetensors"),
-                         prefix_length=2, hidden=32, max_tokens=12)
+    spec = InversionSpec(embedding_dim=dim, base_lm=str(lm_dir), prefix_length=2, hidden=32,
+                         max_tokens=12)
     torch.manual_seed(0)
     model = new_model(spec, lm_dir)
     tok = load_tokenizer(lm_dir)

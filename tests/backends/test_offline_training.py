@@ -55,7 +55,7 @@ def data_dir(tmp_path_factory):
 def _train_args(cache: Path, max_steps: int) -> argparse.Namespace:
     return argparse.Namespace(cache=str(cache), seed=3, max_steps=max_steps, batch=2, lr=1e-3,
                               warmup=1, decay_frac=0.0, threads=1, n_layer=1, n_embd=32,
-                              n_head=2, chunk_minutes=9.0, max_chunks=0)
+                              n_head=2, chunk_minutes=9.0, max_chunks=0, init_from=None)
 
 
 def test_private_sets_are_refused(script, tmp_path):
@@ -111,3 +111,49 @@ def test_training_resumed_from_a_checkpoint_matches_one_run(script, prepared, tm
     assert a["state"]["index"] == b["state"]["index"]
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
+
+
+def test_continuation_keeps_the_held_out_set_and_trains_only_new_documents(
+        script, data_dir, tmp_path, monkeypatch):
+    """A larger budget with the first run's seed holds out exactly its documents and trains
+    on none of them, nor on any document the first run trained on."""
+    monkeypatch.setattr(script, "PUBLIC_SOURCES", {  # a third of each source, then all of it
+        folder: (kind, 600) for folder, (kind, _) in script.PUBLIC_SOURCES.items()})
+    first_docs, first = script.build_corpus(data_dir, random.Random(3), words_scale=1.0)
+    more_docs, more_first = script.build_corpus(data_dir, random.Random(3), words_scale=3.0)
+    assert more_first == first and len(more_docs) > len(first_docs)
+    held, old_train = script.split_heldout(first_docs, first, fresh_only=False)
+    held_again, new_train = script.split_heldout(more_docs, more_first, fresh_only=True)
+    assert [d.text for d in held_again] == [d.text for d in held]
+    assert not {d.text for d in new_train} & {d.text for d in held + old_train}
+
+    once, more = tmp_path / "once", tmp_path / "more"
+    script.prepare(argparse.Namespace(data_dir=str(data_dir), cache=str(once), seed=3))
+    script.prepare(argparse.Namespace(data_dir=str(data_dir), cache=str(more), seed=3,
+                                      continue_from=str(once), words_scale=3.0))
+    for name in ("heldout.jsonl", script.TOKENIZER_FILE, script.KEYWORDS_FILE):
+        assert (more / name).read_bytes() == (once / name).read_bytes(), name
+
+
+def test_training_can_start_from_a_model_folder(script, prepared, tmp_path):
+    import shutil
+
+    import torch
+
+    base, cont = tmp_path / "base", tmp_path / "cont"
+    shutil.copytree(prepared, base)
+    script.train(_train_args(base, 1))
+    script.export(argparse.Namespace(cache=str(base), out=str(tmp_path / "lm")))
+    shutil.copytree(prepared, cont)
+    args = _train_args(cont, 1)
+    args.init_from, args.lr = str(tmp_path / "lm"), 0.0  # lr 0: the weights stay as loaded
+    script.train(args)
+    start = torch.load(base / "checkpoint.pt", weights_only=False)["model"]
+    loaded = torch.load(cont / "checkpoint.pt", weights_only=False)["model"]
+    for name, tensor in start.items():
+        assert torch.equal(tensor.half().float(), loaded[name]), name
+    wider = _train_args(tmp_path / "wider", 1)
+    shutil.copytree(prepared, tmp_path / "wider")
+    wider.init_from, wider.n_embd = str(tmp_path / "lm"), 64
+    with pytest.raises(SystemExit, match="n_embd"):
+        script.train(wider)

@@ -2,10 +2,10 @@
 
 A sentence embedding is projected by a small MLP into `prefix_length` vectors that stand in
 front of the offline public LM's `<|text|>` token; the LM, initialised from the shipped public
-LM, then writes the text back. Its token embedding and output head stay frozen and are shared
-with the public LM by reference (the folder stores the projection and the transformer blocks
-only, and the SHA-256 of the public LM weights it was trained on), so the shipped folder is
-small.
+LM, then writes the text back. Its token embedding and output head stay frozen in training
+and are stored in the decoder's own folder with the rest, so a new public LM (same tokenizer
+and shape) leaves the decoder's output unchanged; the public LM folder still gives the shape,
+the tokenizer and the perplexity model of `scorer()`.
 
 `decode` is greedy. `decode_closest` is a training-free correction in the spirit of Morris et
 al. (2023): it also samples a few texts per embedding, embeds every hypothesis with the
@@ -16,7 +16,6 @@ are deterministic: sampling draws from a generator seeded by the call's `seed`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
@@ -36,7 +35,7 @@ WEIGHTS_FILE = "inversion.safetensors"
 SHIPPED_BASE = "public_lm"
 """`base_lm` value naming the public LM shipped in the package."""
 FROZEN = ("lm.transformer.wte.weight", "lm.lm_head.weight")
-"""Parameters shared with the public LM by reference: neither trained nor stored."""
+"""Parameters kept as the public LM's in training (stored with the trained ones)."""
 SAMPLE_TEMPERATURE = 0.8
 SAMPLE_TOP_P = 0.9
 """Sampling of `decode_closest`'s extra hypotheses (T = 0.8 and T = 1.0 scored alike)."""
@@ -47,21 +46,12 @@ def inversion_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "assets" / "inversion"
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class InversionSpec:
     """What a decoder folder's `inversion.json` records."""
 
     embedding_dim: int
     base_lm: str = SHIPPED_BASE
-    base_sha256: str = ""
     prefix_length: int = 4
     hidden: int = 1024
     max_tokens: int = 48
@@ -123,12 +113,8 @@ class InversionDecoder:
                              "missing); train one with scripts/train_inversion_decoder.py")
         self.spec = InversionSpec(**json.loads(config.read_text(encoding="utf-8")))
         self.base_dir = self.spec.base_dir(self.folder)
-        weights = self.base_dir / "model.safetensors"
-        if not weights.is_file():
+        if not (self.base_dir / "config.json").is_file():
             raise InputError(f"decoder: its public LM {self.base_dir} is missing")
-        if self.spec.base_sha256 and file_sha256(weights) != self.spec.base_sha256:
-            raise InputError(f"decoder: {self.folder} was trained on other public LM weights "
-                             f"than {weights} (SHA-256 differs); retrain it")
         self.batch_size = batch_size
         self.model = load_model(self.folder, self.spec, self.base_dir).eval()
         self.tokenizer = load_tokenizer(self.base_dir)
@@ -218,26 +204,24 @@ def new_model(spec: InversionSpec, base_dir: Path):
 
 
 def load_model(folder: Path, spec: InversionSpec, base_dir: Path):
-    """The trained module: public LM weights, then the folder's projection and blocks."""
+    """The trained module: the public LM's shape, every weight from the folder."""
     from safetensors.torch import load_file
 
     model = _torch_model(spec, base_dir)
     stored = {k: v.float() for k, v in load_file(str(folder / WEIGHTS_FILE)).items()}
     missing, unexpected = model.load_state_dict(stored, strict=False)
-    if unexpected or set(missing) - set(FROZEN):
+    if missing or unexpected:
         raise InputError(f"decoder: {folder / WEIGHTS_FILE} does not match its config "
-                         f"(missing {sorted(set(missing) - set(FROZEN))[:3]}, unexpected "
-                         f"{sorted(unexpected)[:3]})")
+                         f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
     return model
 
 
 def save_model(model, spec: InversionSpec, folder: Path) -> None:
-    """Write the trained parameters (float16, frozen ones left out) and the config."""
+    """Write every parameter (float16) and the config."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().half().contiguous() for k, v in model.state_dict().items()
-             if k not in FROZEN}
+    state = {k: v.detach().half().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(folder / WEIGHTS_FILE))
     (folder / CONFIG_FILE).write_text(json.dumps(asdict(spec), indent=2) + "\n",
                                       encoding="utf-8")
