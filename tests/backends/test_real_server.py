@@ -148,7 +148,8 @@ def in_vocabulary(text: str) -> bool:
 def test_prompts_are_templated_outputs_parsed_and_usage_counted(real_server, served_model):
     from transformers import AutoTokenizer
 
-    gen = build_generator(chat(real_server, served_model, concurrency=1))
+    # seeded: an unseeded sample of the random model may be an empty completion
+    gen = build_generator(chat(real_server, served_model, seed=1, concurrency=1))
     cond = Condition(label="billing", keywords=("refund",), length=6)
     [text] = gen.generate([cond])
     assert text != FAILED and in_vocabulary(text)
