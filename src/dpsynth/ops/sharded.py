@@ -1,12 +1,16 @@
 """Private voters sharded over Ray actors (`backends.executor: {name: ray}`).
 
-Each actor takes one contiguous block of the private records, embeds it once and keeps the
-embeddings in its memory for the run, so no iteration embeds again and the driver never holds
-them. A vote sends each actor the public candidates; the actor answers with its block's
-un-noised integer histogram, and the driver sums the blocks' histograms into the very
-histogram the local engine counts, before the one noisy release. Subsampled votes draw their
+Each actor takes one block of the private records, embeds it once and keeps the embeddings in
+its memory for the run, so no iteration embeds again and the driver never holds them. A
+record's block follows from a digest of its own text (`shard_blocks`), never from its place in
+the file: a node may embed and search with other low-order bits than another (another CPU,
+another thread count), so a record's vote may depend on its shard, and a record joining must
+move no other record to another shard, or their votes could move with it. A vote sends each
+actor the public candidates; the actor answers with its block's un-noised integer histogram,
+and the driver sums the blocks' histograms into the very histogram the local engine counts
+(on a cluster of like nodes), before the one noisy release. Subsampled votes draw their
 Poisson sample on the driver, over all votes in record order as locally, and send each actor
-its slice: same noise state, same answer.
+the draws of its records' votes: same noise state, same answer.
 
 Nothing private enters Ray's object store, which may spill to disk: texts, labels and samples
 go to an actor, and histograms come back, in messages of at most INLINE_BYTES, which Ray
@@ -27,6 +31,7 @@ import numpy as np
 
 from dpsynth.backends.config import EmbedderConfig, ExecutorConfig
 from dpsynth.data import Access, PrivateDataset
+from dpsynth.data.bounding import record_rank
 from dpsynth.errors import DpsynthError
 from dpsynth.ops.nearest import Voters
 
@@ -113,11 +118,14 @@ class Shard:
 
 
 class ShardedVoters:
-    """The driver's handle on the shards; answers what `Voters` answers."""
+    """The driver's handle on the shards; answers what `Voters` answers. It keeps which
+    records each shard holds and their label codes (the private set the driver holds
+    anyway), to hand each shard the sample of its own votes."""
 
-    def __init__(self, ray: Any, actors: list[Any], sizes: list[int], has_labels: bool):
-        self._ray, self._actors, self._sizes = ray, actors, sizes
-        self.has_labels = has_labels
+    def __init__(self, ray: Any, actors: list[Any], blocks: list[np.ndarray],
+                 labels: np.ndarray | None):
+        self._ray, self._actors, self._blocks, self._labels = ray, actors, blocks, labels
+        self.has_labels = labels is not None
         self.embeddings = _Rows(self)
         """Rows on demand, for the few that the τ estimate pairs up."""
 
@@ -132,7 +140,14 @@ class ShardedVoters:
         ref = self._ray.put(np.ascontiguousarray(candidates))  # public: may be stored
         sizes = self._ray.get([a.vote.remote(ref, candidate_groups, n_labels)
                                for a in self._actors])
-        return ShardVotes(self, sizes)
+        voted = np.ones(sum(len(b) for b in self._blocks), dtype=bool)
+        if candidate_groups is not None and self._labels is not None:
+            voted = np.isin(self._labels, candidate_groups)  # `Voters.votes`: own group only
+        place = np.cumsum(voted) - 1  # a record's vote's place among all votes, in order
+        places = [place[block[voted[block]]] for block in self._blocks]
+        if [len(p) for p in places] != sizes:
+            raise DpsynthError("the shards cast other votes than their records hold")
+        return ShardVotes(self, places)
 
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
                n_labels: int | None = None) -> np.ndarray:
@@ -149,20 +164,20 @@ class ShardedVoters:
 class ShardVotes:
     """The latest vote's votes, held by the shards (a `privacy.mechanisms.VoteTable`)."""
 
-    def __init__(self, voters: ShardedVoters, sizes: list[int]) -> None:
-        self._voters, self._sizes = voters, sizes
+    def __init__(self, voters: ShardedVoters, places: list[np.ndarray]) -> None:
+        self._voters, self._places = voters, places
+        """Per shard, where its votes stand among all votes in record order."""
 
     def __len__(self) -> int:
-        return sum(self._sizes)
+        return sum(len(p) for p in self._places)
 
     def histogram(self, keep: np.ndarray | None, n_bins: int) -> np.ndarray:
         ray, actors = self._voters._ray, self._voters._actors
         parts = max(1, -(-n_bins * 8 // INLINE_BYTES))
         answers = []
-        for actor, start, size in zip(actors, np.cumsum([0, *self._sizes]), self._sizes,
-                                      strict=False):
+        for actor, places in zip(actors, self._places, strict=True):
             if keep is not None:
-                _send(actor, "keep", np.packbits(keep[start : start + size]))
+                _send(actor, "keep", np.packbits(keep[places]))
             answers.append(actor.histogram.options(num_returns=parts).remote(n_bins, parts))
         blocks = [np.concatenate(ray.get(a)) if parts > 1 else ray.get(a) for a in answers]
         return np.sum(blocks, axis=0, dtype=np.int64)
@@ -176,9 +191,11 @@ class _Rows:
 
     def __getitem__(self, index: int) -> np.ndarray:
         voters = self._voters
-        shard = int(np.searchsorted(np.cumsum(voters._sizes), index, side="right"))
-        offset = index - sum(voters._sizes[:shard])
-        return voters._ray.get(voters._actors[shard].row.remote(int(offset)))
+        for actor, block in zip(voters._actors, voters._blocks, strict=True):
+            offset = int(np.searchsorted(block, index))
+            if offset < len(block) and block[offset] == index:
+                return voters._ray.get(actor.row.remote(offset))
+        raise IndexError(f"record {index} is in no shard")
 
 
 def shard_voters(private: PrivateDataset, embedder: EmbedderConfig, base_dir: Path | None,
@@ -201,7 +218,7 @@ def shard_voters(private: PrivateDataset, embedder: EmbedderConfig, base_dir: Pa
     actor_class = ray.remote(num_cpus=executor.cpus_per_worker, max_restarts=0)(Shard)
     texts = private.texts(Access.LOCAL_EMBEDDING)
     labels = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
-    blocks = np.array_split(np.arange(len(texts)), executor.workers)
+    blocks = [block for block in shard_blocks(texts, executor.workers) if len(block)]
     actors = []
     for block in blocks:
         actor = actor_class.remote(embedder.model_copy(update={"cache": None}), base_dir,
@@ -212,8 +229,18 @@ def shard_voters(private: PrivateDataset, embedder: EmbedderConfig, base_dir: Pa
         if labels is not None:
             _send(actor, "labels", labels[block])
         actors.append(actor)
-    sizes = ray.get([actor.embed.remote() for actor in actors])
-    return ShardedVoters(ray, actors, sizes, labels is not None)
+    if ray.get([actor.embed.remote() for actor in actors]) != [len(b) for b in blocks]:
+        raise DpsynthError("the shards embedded other records than they were sent")
+    return ShardedVoters(ray, actors, blocks, labels)
+
+
+def shard_blocks(texts: list[str], workers: int) -> list[np.ndarray]:
+    """The records (indices, in order) of each of `workers` shards: a record's shard is a
+    digest of its own text, so a record joining or leaving moves no other record between
+    shards (tests/ops/test_shard_assignment.py); copies of a text share a shard."""
+    shard = np.fromiter((record_rank(t) % workers for t in texts), dtype=np.int64,
+                        count=len(texts))
+    return [np.flatnonzero(shard == s) for s in range(workers)]
 
 
 def _send(actor: Any, name: str, array: np.ndarray) -> None:
