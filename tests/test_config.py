@@ -123,3 +123,20 @@ def test_numeric_labels_may_key_dpga_keywords_as_they_key_label_names():
     assert config.data.labels == ["0", "1"]
     assert config.data.label_names == {"0": "calm post", "1": "disaster report"}
     assert build_recipe(config.recipe).params.keywords == {"0": ["calm"], "1": ["fire"]}
+
+
+def test_privacy_report_states_the_remote_embedding_assumption():
+    """A remote embedder batches private texts on a server we cannot see: the one-record,
+    one-vote argument then rests on that server, and privacy.json says so."""
+    from dpsynth.privacy.ledger import PrivacyLedger
+    from dpsynth.synthesis import _privacy_report
+
+    ledger = PrivacyLedger(1.0, 1e-5)
+    local = parse_config(BASE)
+    remote = parse_config(with_("backends", embedder={
+        "name": "openai", "base_url": "http://127.0.0.1:9", "allow_remote_on_private": True}))
+    refused = parse_config(with_("backends", embedder={"name": "openai",
+                                                       "base_url": "http://127.0.0.1:9"}))
+    assert "assumes" not in _privacy_report(ledger, local)
+    assert "assumes" not in _privacy_report(ledger, refused)  # refused before any release
+    assert "independently" in _privacy_report(ledger, remote)["assumes"]

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from dpsynth.backends import Embedder, Generator, build_embedder, build_generator
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import REMOTE_EMBEDDING_ASSUMPTION, GeneratorConfig
 from dpsynth.backends.counting import CountingGenerator
 from dpsynth.backends.health import check_backends
 from dpsynth.backends.label_names import with_label_names
@@ -357,6 +357,9 @@ def _privacy_report(ledger: PrivacyLedger, config: RunConfig) -> dict[str, Any]:
                   "unit": "user" if config.data.user_column else "record",
                   "records_per_unit": config.data.records_per_unit,
                   "label_set": config.data.labels or "read from the data (see run.log)"}}
+    embedder = config.backends.embedder
+    if embedder.name == "openai" and embedder.allow_remote_on_private:
+        report["assumes"] = REMOTE_EMBEDDING_ASSUMPTION
     if not config.budget.private:
         report = {"NOT_PRIVATE": NOT_PRIVATE, **report}
     return report

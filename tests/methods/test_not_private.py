@@ -94,3 +94,25 @@ def test_the_seed_regenerates_the_noise_only_in_a_non_private_run(tmp_path, fake
     regenerated = counts + NoiseSource(0).discrete_laplace(scale, 4)
     recovered = np.array_equal(released, regenerated)
     assert recovered == (noise == "seeded_not_private")
+
+
+def test_a_remote_embedding_of_private_text_is_stated_as_an_assumption(
+        fake_backends, tmp_path):
+    """With `allow_remote_on_private` the one-record, one-vote argument rests on a server we
+    cannot see: privacy.json and the report say so; a local embedder's run says nothing."""
+    for remote in (False, True):
+        folder = tmp_path / str(remote)
+        folder.mkdir()
+        path = _config(folder, "pe", 0, "cryptographic", users=False)
+        if remote:
+            raw = json.loads(path.read_text())
+            raw["backends"] = {"embedder": {"name": "openai", "base_url": "http://127.0.0.1:9",
+                                            "allow_remote_on_private": True}}
+            path.write_text(json.dumps(raw))
+        try:
+            main(["run", str(path)])
+        except SystemExit as done:
+            assert done.code in (0, None)
+        privacy = json.loads((folder / "out" / "privacy.json").read_text())
+        assert ("assumes" in privacy) == remote
+        assert ("Assumption" in write_report(folder / "out").read_text()) == remote

@@ -35,6 +35,13 @@ class HttpConfig(BaseModel):
     )
 
 
+REMOTE_EMBEDDING_ASSUMPTION = (  # privacy.json "assumes" and the report
+    "private text was embedded by a remote server (allow_remote_on_private): the ε holds only "
+    "if the server embeds each text independently of the texts it batches it with; padding "
+    "or batch-dependent arithmetic there can move other records' votes, which no client can "
+    "rule out")
+
+
 class EmbedderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

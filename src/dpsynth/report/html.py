@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth import __version__
+from dpsynth.backends.config import REMOTE_EMBEDDING_ASSUMPTION
 from dpsynth.evaluate.privacy import PRIVATE_NOTICE
 from dpsynth.evaluate.result import PRIVATE_SECTIONS, metric_rows
 from dpsynth.report import plots
@@ -101,7 +102,8 @@ def render(artifacts: RunArtifacts, include_private: bool = False, samples: int 
         f"<title>dpsynth report: {name}</title><style>{_CSS}</style></head><body>"
         f"<h1>dpsynth report: {name}</h1>"
         f'<p class="meta">generated {stamp} by dpsynth {html.escape(__version__)}</p>'
-        f"{_not_private_banner(artifacts)}{_version_banner(include_private)}"
+        f"{_not_private_banner(artifacts)}{_assumption_banner(artifacts)}"
+        f"{_version_banner(include_private)}"
         f"<nav>{toc}</nav>{''.join(body)}</body></html>\n"
     )
 
@@ -121,6 +123,16 @@ def _not_private_banner(a: RunArtifacts) -> str:
     return ('<p class="private"><strong>NOT PRIVATE</strong>: this run drew its DP noise from '
             "its seed (budget.noise: seeded_not_private), so the noise can be regenerated and "
             "subtracted. It is a reproduction, not a private release.</p>")
+
+
+def _assumption_banner(a: RunArtifacts) -> str:
+    """A run that sent private text to a remote embedder claims its ε under an assumption
+    about that server: say which, as privacy.json does."""
+    embedder = (((a.config or {}).get("backends") or {}).get("embedder")) or {}
+    if not (embedder.get("name") == "openai" and embedder.get("allow_remote_on_private")):
+        return ""
+    return (f'<p class="private"><strong>Assumption</strong>: '
+            f"{html.escape(REMOTE_EMBEDDING_ASSUMPTION)}.</p>")
 
 
 def _version_banner(include_private: bool) -> str:
