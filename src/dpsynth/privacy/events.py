@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attr
@@ -215,24 +216,25 @@ RDP_ORDERS = tuple(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 """The orders of every RDP curve dpsynth keeps (dp_accounting's defaults)."""
 
 
-def holds_bounded_range(event: dp_event.DpEvent) -> bool:
-    """Whether a `BoundedRangeDpEvent` is part of `event`."""
-    if isinstance(event, BoundedRangeDpEvent):
+def _contains(event: dp_event.DpEvent, found: Callable[[dp_event.DpEvent], bool]) -> bool:
+    """Whether `event` or one nested in it (composed, self-composed, sampled, approximate)
+    is `found`."""
+    if found(event):
         return True
     if isinstance(event, dp_event.ComposedDpEvent):
-        return any(holds_bounded_range(e) for e in event.events)
-    inner = getattr(event, "event", None)  # Approximate, SelfComposed, PoissonSampled
-    return isinstance(inner, dp_event.DpEvent) and holds_bounded_range(inner)
-
-
-def _holds_sampled_discrete_gaussian(event: dp_event.DpEvent) -> bool:
-    if isinstance(event, dp_event.PoissonSampledDpEvent):
-        return isinstance(event.event, DiscreteGaussianDpEvent) \
-            or _holds_sampled_discrete_gaussian(event.event)
-    if isinstance(event, dp_event.ComposedDpEvent):
-        return any(_holds_sampled_discrete_gaussian(e) for e in event.events)
+        return any(_contains(e, found) for e in event.events)
     inner = getattr(event, "event", None)
-    return isinstance(inner, dp_event.DpEvent) and _holds_sampled_discrete_gaussian(inner)
+    return isinstance(inner, dp_event.DpEvent) and _contains(inner, found)
+
+
+def holds_bounded_range(event: dp_event.DpEvent) -> bool:
+    """Whether a `BoundedRangeDpEvent` is part of `event`."""
+    return _contains(event, lambda e: isinstance(e, BoundedRangeDpEvent))
+
+
+def _sampled_discrete_gaussian(event: dp_event.DpEvent) -> bool:
+    return isinstance(event, dp_event.PoissonSampledDpEvent) \
+        and isinstance(event.event, DiscreteGaussianDpEvent)
 
 
 def rdp_curve(event: dp_event.DpEvent) -> np.ndarray:
@@ -242,7 +244,7 @@ def rdp_curve(event: dp_event.DpEvent) -> np.ndarray:
     dp_accounting also uses fractional ones."""
     counterpart = rdp_counterpart(event)
     accountant = rdp_privacy_accountant.RdpAccountant(RDP_ORDERS)
-    if _holds_sampled_discrete_gaussian(event) or not accountant.supports(counterpart):
+    if _contains(event, _sampled_discrete_gaussian) or not accountant.supports(counterpart):
         return np.full(len(RDP_ORDERS), np.inf)
     return accountant.compose(counterpart).rdp
 
