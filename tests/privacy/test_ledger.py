@@ -146,6 +146,7 @@ _events = st.one_of(
         lambda p: SubsampledGaussianHistogram(p[0], p[1]).event),
     st.floats(0.01, 1.5).map(PureDpEvent),
     st.floats(0.01, 0.5).map(lambda e: LimitedDomainTopK(e, 2e-7, 4, 2).event),
+    st.floats(0.01, 0.3).map(lambda e: LimitedDomainTopK(e, 2e-7, 40, 30, monotonic=True).event),
 )
 
 

@@ -72,7 +72,7 @@ def test_plan_table_lists_every_stage_and_the_total():
     console = Console(width=160, record=True)
     console.print(plan_table(plan))
     text = console.export_text()
-    for name in ("svt", "histograms", "votes", "total (PLD)", "RDP cross-check"):
+    for name in ("svt", "histograms", "votes", "total", "RDP cross-check"):
         assert name in text
     assert f"{plan.stage('votes').noise_scale:.4g}" in text
 

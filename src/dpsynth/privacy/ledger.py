@@ -1,5 +1,8 @@
 """The privacy ledger: every release is a recorded event, composed exactly with PLD accounting.
 
+Where a bounded-range selection is among the events, the ledger also composes their RDP curves
+and spends the smaller of the two ε's (`events.spend`): both bound the same releases.
+
 `charge` computes what the composed ε *would* be with the new event and refuses it — raising
 `BudgetExceededError` — before anything is released; `release` charges a mechanism and only
 then draws its noise. The ledger saves to JSON (checkpoints, the run's privacy.json) and, on
@@ -22,11 +25,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from dpsynth.errors import BudgetExceededError
-from dpsynth.privacy.events import PldAccountant, event_from_json, event_to_json, rdp_epsilon
+from dpsynth.privacy.events import (
+    RDP_ORDERS,
+    PldAccountant,
+    event_from_json,
+    event_to_json,
+    rdp_epsilon,
+    spend,
+)
 from dpsynth.privacy.mechanisms import Mechanism
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.stops import raise_if_stop_requested
@@ -73,17 +84,21 @@ class Journaled:
 
 @dataclass
 class _Composition:
-    """A composed PLD plus the δ spent outside it."""
+    """A composed PLD plus the δ spent outside it, and the events' RDP curve, which the spend
+    uses once a bounded-range event is composed."""
 
     pld: pld_lib.PrivacyLossDistribution
     additive_delta: float = 0.0
     private: bool = True
+    rdp: np.ndarray = field(default_factory=lambda: np.zeros(len(RDP_ORDERS)))
+    bounded_range: bool = False
 
     def epsilon(self, delta: float) -> float:
         left = delta - self.additive_delta
         if not self.private or left <= 0:
             return math.inf
-        return float(self.pld.get_epsilon_for_delta(left))
+        return spend(float(self.pld.get_epsilon_for_delta(left)),
+                     self.rdp if self.bounded_range else None, left)
 
 
 @dataclass
@@ -138,7 +153,8 @@ class PrivacyLedger:
         pld = part.pld if times == 1 else part.pld.self_compose(times)
         return _Composition(base.pld.compose(pld),
                             base.additive_delta + times * part.additive_delta,
-                            base.private and part.private)
+                            base.private and part.private, base.rdp + times * part.rdp,
+                            base.bounded_range or part.bounded_range)
 
     def _compose_all(self, base: _Composition, events: Sequence[dp_event.DpEvent]
                      ) -> _Composition:
@@ -219,7 +235,8 @@ class PrivacyLedger:
         return answer
 
     def spent(self) -> float:
-        """Composed ε at the budget's δ (PLD accounting)."""
+        """Composed ε at the budget's δ: PLD accounting, or RDP where a bounded-range
+        selection makes that tighter."""
         return self._total.epsilon(self.delta)
 
     def remaining(self) -> float:
@@ -255,7 +272,9 @@ class PrivacyLedger:
         return {"format": FORMAT, "budget": {"epsilon": self.epsilon, "delta": self.delta},
                 "discretization": self.discretization,
                 "spent": {"epsilon": _finite(spent), "epsilon_rdp": _finite(self.spent_rdp()),
-                          "accountant": "pld", "neighbouring": "add_or_remove_one_unit"},
+                          "accountant": "min(pld, rdp)" if self._total.bounded_range
+                          else "pld",
+                          "neighbouring": "add_or_remove_one_unit"},
                 "breakdown": self.breakdown(),
                 "charges": [c.to_json() for c in self.charges]}
 
@@ -287,7 +306,8 @@ def _event_composition(event: dp_event.DpEvent, discretization: float) -> _Compo
     if not accountant.supports(event):
         raise ValueError(f"the ledger cannot account event {event}")
     accountant.compose(event)
-    return _Composition(accountant.pld, accountant.additive_delta, accountant.is_private)
+    return _Composition(accountant.pld, accountant.additive_delta, accountant.is_private,
+                        accountant.rdp, accountant.bounded_range)
 
 
 @functools.lru_cache(maxsize=256)

@@ -28,7 +28,12 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 from dp_accounting import dp_event
 
-from dpsynth.privacy.events import ApproximateDpEvent, DiscreteGaussianDpEvent, PureDpEvent
+from dpsynth.privacy.events import (
+    ApproximateDpEvent,
+    BoundedRangeDpEvent,
+    DiscreteGaussianDpEvent,
+    PureDpEvent,
+)
 from dpsynth.privacy.noise import NoiseSource
 
 
@@ -375,7 +380,10 @@ class LimitedDomainTopK(Mechanism):
     indices may come back; Gumbel noise of scale c/ε. Guarantee: the k-fold composition of
     ε-DP selections, plus δ. Counts change by at most 1 (Δ∞ = 1) in at most `l0_sensitivity`
     bins. c = 2 in general (embedding-eda's Alg. 3); c = 1 when counts only move one way
-    between neighbours (votes under add/remove), Durfee & Rogers' own setting.
+    between neighbours (votes under add/remove), Durfee & Rogers' own setting. There each
+    selection is also ε-bounded-range: adding a unit raises every score, ⊥'s bar included, by
+    0 or 1, so every output's log-odds move within one interval of width ε. The event says so
+    (`BoundedRangeDpEvent`) for the monotone selection only.
     """
 
     epsilon: float
@@ -398,7 +406,7 @@ class LimitedDomainTopK(Mechanism):
 
     @property
     def event(self) -> dp_event.DpEvent:
-        one = PureDpEvent(self.epsilon)
+        one = (BoundedRangeDpEvent if self.monotonic else PureDpEvent)(self.epsilon)
         inner = one if self.k == 1 else dp_event.SelfComposedDpEvent(one, self.k)
         return ApproximateDpEvent(inner, self.delta)
 

@@ -3,7 +3,8 @@
 Two steps. First every stage is calibrated alone to its fraction of the budget (fraction·ε,
 fraction·δ): by basic composition that plan already meets (ε, δ). Then, because PLD
 composition is tighter than adding ε's, all noise scales are shrunk by one common factor
-c ≤ 1 until the composed ε — all stages together, by PLD — meets ε exactly. The answer is
+c ≤ 1 until the composed ε — all stages together, as the ledger spends it (PLD, or RDP where
+a bounded-range selection makes that smaller) — meets ε exactly. The answer is
 re-checked with a fresh accountant. The stages keep the proportions the fractions set.
 """
 
@@ -34,7 +35,8 @@ class StageSpec:
     max_changed 1); the query sensitivity for svt; it must be 1
     for subsampled_gaussian and limited_domain. `selections` is k and `domain_size` K for
     limited_domain, whose fixed `delta` is spent per release outside the PLD; `monotonic`
-    when its counts only grow as a unit is added (vote histograms), which halves its noise.
+    when its counts only grow as a unit is added (vote histograms), which halves its noise
+    and makes each selection bounded-range (charged by the smaller of PLD and RDP).
     `dp_sgd` is a DP-SGD/DP-Adam step (noise drawn by opacus): its noise scale is the noise
     multiplier σ/C, its event a Poisson-sampled continuous Gaussian; one step per composition.
     """
@@ -226,7 +228,7 @@ def plan_table(plan: BudgetPlan, title: str = "privacy plan") -> Table:
         table.add_row(s.name, s.mechanism, f"{s.sensitivity:g}{moved}", str(s.compositions),
                       f"{s.sampling_rate:g}", f"{stage.noise_scale:.4g}",
                       f"{stage.epsilon_alone:.4g}", f"{s.fraction:.0%}")
-    table.add_row("total (PLD)", "", "", "", "", "", f"{plan.epsilon_composed:.4g}",
+    table.add_row("total", "", "", "", "", "", f"{plan.epsilon_composed:.4g}",
                   f"δ={plan.delta:.3g}", style="bold")
     if math.isfinite(plan.epsilon_rdp):
         table.caption = f"RDP cross-check: ε ≤ {plan.epsilon_rdp:.4g}"

@@ -204,7 +204,7 @@ def _privacy_spend(a: RunArtifacts) -> str:
     if p is None:
         return _missing("privacy", a)
     rows = [("budget ε", _num(p.budget_epsilon)), ("budget δ", _num(p.budget_delta)),
-            ("spent ε (composed, PLD)", _num(p.spent_epsilon))]
+            ("spent ε (composed)", _num(p.spent_epsilon))]
     parts = [_table(["", "value"], rows), f'<p class="meta">{html.escape(p.source)}</p>']
     if p.stopped is not None:
         parts.insert(0, f'<p class="missing">Incomplete run ({html.escape(p.stopped)}): the '
