@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name} ε={row.epsilon} seed={seed}: accuracy "
                   f"{metrics['accuracy']:.4f}, {wall:.1f}s", file=sys.stderr)
         rows.append(row)
-    _write(rows, args, _majority(test))
+    _write(rows, args, len(test.texts), _majority(test))
 
 
 def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) -> Produced:
@@ -245,7 +245,7 @@ def _majority(test: TextTable) -> str:
             f"accuracy {top.iloc[0] / len(labels):.3f}.\n\n")
 
 
-def _write(rows: list[Row], args: argparse.Namespace, floor: str = "") -> None:
+def _write(rows: list[Row], args: argparse.Namespace, n_test: int, floor: str = "") -> None:
     columns = [c for c in (*METRICS, "wall_s", "generator_calls", "calls_per_kept", *REPORTED)
                if any(not _all_nan(r, c) for r in rows)]
     records, lines = [], []
@@ -270,7 +270,7 @@ def _write(rows: list[Row], args: argparse.Namespace, floor: str = "") -> None:
     stem = out_dir / "-".join(filter(None, ("utility", args.dataset, args.tag)))
     pd.DataFrame(records).to_csv(stem.with_suffix(".csv"), index=False)
     title = (f"# Utility on {args.dataset}: n = {args.n_synthetic} synthetic records, "
-             f"{args.test_size} real test records, seeds {args.seeds}, embedder "
+             f"{n_test} real test records, seeds {args.seeds}, embedder "
              f"{args.embedder}, classifier {args.classifier}\n\n")
     stem.with_suffix(".md").write_text(title + floor + "\n".join(lines) + "\n",
                                        encoding="utf-8")

@@ -59,7 +59,7 @@ def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashin
     monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: LabelEcho())
     monkeypatch.setattr(bench.subprocess, "run", _failed_run)
     bench.main(["tiny", "--data-root", str(tmp_path), "--recipes", "dpga", "--epsilons",
-                "1", "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "30",
+                "1", "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "50",
                 "--no-mauve", "--out", str(tmp_path / "out")])
     table = pd.read_csv(tmp_path / "out" / "utility-tiny.csv")
     upper, lower, recipe = (table.iloc[i] for i in range(3))
@@ -73,6 +73,7 @@ def test_rows_bounds_and_unavailable_recipe(bench, tmp_path, monkeypatch, hashin
     markdown = (tmp_path / "out" / "utility-tiny.md").read_text()
     assert "± " in markdown and "not available" in markdown
     assert "most common label (" in markdown
+    assert "40 real test records" in markdown  # the split's 40, not the 50 asked for
 
 
 def test_the_majority_class_floor(bench):
