@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth import __version__
-from dpsynth.backends.config import REMOTE_EMBEDDING_ASSUMPTION
 from dpsynth.evaluate.privacy import PRIVATE_NOTICE
 from dpsynth.evaluate.result import PRIVATE_SECTIONS, metric_rows
 from dpsynth.report import plots
@@ -126,13 +125,11 @@ def _not_private_banner(a: RunArtifacts) -> str:
 
 
 def _assumption_banner(a: RunArtifacts) -> str:
-    """A run that sent private text to a remote embedder claims its ε under an assumption
-    about that server: say which, as privacy.json does."""
-    embedder = (((a.config or {}).get("backends") or {}).get("embedder")) or {}
-    if not (embedder.get("name") == "openai" and embedder.get("allow_remote_on_private")):
+    """What the run's ε rests on beyond the ledger, as privacy.json states it."""
+    if a.privacy is None or not a.privacy.assumes:
         return ""
     return (f'<p class="private"><strong>Assumption</strong>: '
-            f"{html.escape(REMOTE_EMBEDDING_ASSUMPTION)}.</p>")
+            f"{html.escape(a.privacy.assumes)}.</p>")
 
 
 def _version_banner(include_private: bool) -> str:

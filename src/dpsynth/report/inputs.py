@@ -47,6 +47,8 @@ class PrivacySpend:
     stopped: str | None = None
     """How an incomplete run stopped ("interrupted", "failed (BackendError)"); None when the
     run finished."""
+    assumes: str | None = None
+    """What the ε rests on beyond the ledger (privacy.json `assumes`), e.g. a remote embedder."""
 
 
 @dataclass
@@ -98,7 +100,7 @@ def read_privacy(data: dict[str, Any]) -> PrivacySpend:
         for name, info in breakdown.items())
     stopped = None if data.get("complete", True) else str(data.get("stopped", "stopped early"))
     return PrivacySpend(budget.get("epsilon"), budget.get("delta"), spent, stages, source,
-                        stopped)
+                        stopped, data.get("assumes"))
 
 
 def _ledger_class():
