@@ -1,20 +1,26 @@
-"""Does a DP-fine-tuned CTCL generator follow its conditions? Topic and label steering of a
-kept `ctcl` run (benchmarks/utility.py --keep-runs), beside the shipped LM.
+"""Does a CTCL generator follow its conditions? Label and topic steering of the shipped LM and
+of the models of kept `ctcl` runs (benchmarks/utility.py --keep-runs), under the ways CTCL can
+draw its conditions.
 
-    python benchmarks/ctcl_steering.py RUN_DIR [RUN_DIR ...] --data ../shared/data/ag_news
-        [--topics 8] [--per-topic 12] [--classifier-train 1000] [--samples 2] [--seed 0]
+    python benchmarks/ctcl_steering.py --data ../shared/data/ag_news [RUN_DIR ...]
+        [--n 240] [--guidance 1,2,3,4] [--draws cells,independent] [--samples 2] [--seed 0]
 
-- label steering: a logistic classifier on MiniLM embeddings of `--classifier-train` real
-  train records predicts the label of each text of the run's synthetic.csv; the rate at
-  which it agrees with the label the text was conditioned on, beside the same classifier's
-  accuracy on real test records and the rate a label-blind generator would get (1/labels);
-- topic steering: for the `--topics` public topics most common among the real train records,
-  `--per-topic` texts from each topic's keywords alone (no label), by the run's trained model
-  and by the shipped LM; the rate at which a text's nearest topic (the topic model CTCL
-  conditions on) is the topic it was asked for, beside chance (1/topics probed is an upper
-  bound on it). `--samples` texts per topic are printed for the docs.
-
-Public conditions only go to the generators; the real records are benchmark data.
+For each generator, draw and guidance, `--n` texts are sampled from conditions drawn from the
+real train records' (label, topic) counts (a benchmark: no DP here, the recipe draws from its
+DP histogram):
+- `cells`: label and topic drawn together, as ctcl does; `independent`: label and topic drawn
+  apart from their marginals (what ctcl did before), `label`: the label alone (dpft);
+- guidance g on the label and the topic keywords (the contrast prompt drops both; 1: plain
+  sampling).
+Printed per row:
+- label agreement: a logistic classifier on MiniLM embeddings of 2,000 real train records
+  predicts each text's label; the rate at which it is the asked label (label-blind: the
+  majority-class rate at most);
+- topic hit: the rate at which a text's nearest topic is the topic it was asked for;
+- downstream accuracy: a classifier trained on the texts (labelled as asked), scored on 2,000
+  other real train records (majority-class rate printed beside it).
+For a run, its synthetic.csv's label agreement is printed too. `--samples` texts per row are
+printed for the docs. Public conditions only go to the generators.
 """
 
 from __future__ import annotations
@@ -34,14 +40,23 @@ from dpsynth.ops.topics import TopicModel
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def draw(kind: str, joint: np.ndarray, n: int, rng) -> tuple[np.ndarray, np.ndarray | None]:
+    """Label and topic indices of `n` conditions (topics None for `label`)."""
+    if kind == "cells":
+        return np.unravel_index(rng.choice(joint.size, size=n, p=joint.ravel()), joint.shape)
+    labels = rng.choice(joint.shape[0], size=n, p=joint.sum(1))
+    if kind == "label":
+        return labels, None
+    return labels, rng.choice(joint.shape[1], size=n, p=joint.sum(0))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("runs", nargs="*", type=Path)
     parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--topics", type=int, default=8)
-    parser.add_argument("--per-topic", type=int, default=12)
-    parser.add_argument("--classifier-train", type=int, default=1000)
-    parser.add_argument("--test", type=int, default=1000)
+    parser.add_argument("--n", type=int, default=240)
+    parser.add_argument("--guidance", default="1,2,3,4")
+    parser.add_argument("--draws", default="cells,independent")
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -49,54 +64,55 @@ def main() -> None:
     from sklearn.linear_model import LogisticRegression
 
     embedder = build_embedder(EmbedderConfig(name="minilm"))
-    rng = np.random.default_rng(args.seed)
     train = read_text_table(args.data / "train.csv", require_labels=True)
-    test = read_text_table(args.data / "test.csv", require_labels=True)
-    tr = rng.choice(len(train), size=min(args.classifier_train, len(train)), replace=False)
-    te = rng.choice(len(test), size=min(args.test, len(test)), replace=False)
-    train_emb = embedder.encode([train.texts[i] for i in tr])
-    classifier = LogisticRegression(max_iter=2000, random_state=args.seed).fit(
-        train_emb, [train.labels[i] for i in tr])
-    test_acc = classifier.score(embedder.encode([test.texts[i] for i in te]),
-                               [test.labels[i] for i in te])
+    names = sorted(set(train.labels))
+    labels = np.array(train.labels)
+    perm = np.random.default_rng(args.seed).permutation(len(train))
+    fit_rows, score_rows = perm[:2000], perm[-2000:]
+    emb = embedder.encode(list(train.texts))
+    judge = LogisticRegression(max_iter=2000).fit(emb[fit_rows], labels[fit_rows])
     topics = TopicModel.load(ROOT / "src/dpsynth/assets/topics")
-    common = np.bincount(topics.assign(train_emb), minlength=topics.n_topics)
-    probe = [int(t) for t in np.argsort(-common)[: args.topics]]
-    labels = sorted(set(train.labels))
-    print(f"classifier: {len(tr)} real train records, accuracy {test_acc:.3f} on {len(te)} "
-          f"real test records; label-blind rate {1 / len(labels):.3f}")
-    print(f"topics probed (most common in real train): {probe}\n")
+    joint = np.zeros((len(names), topics.n_topics))
+    np.add.at(joint, ([names.index(y) for y in labels], topics.assign(emb)), 1)
+    joint /= joint.sum()
+    majority = float(np.mean(labels[score_rows] == max(names, key=list(labels).count)))
+    print(f"{args.data.name}: {len(train)} real train records, {len(names)} labels, "
+          f"majority-class rate {majority:.3f}, judge accuracy "
+          f"{judge.score(emb[score_rows], labels[score_rows]):.3f}\n")
 
-    rows = [("shipped LM (no fine-tuning)", None)] + [(str(run), run) for run in args.runs]
-    results = []
-    for name, run in rows:
-        row = {"generator": name}
+    for run in [None, *args.runs]:
+        name = "shipped LM" if run is None else str(run)
         if run is not None:
             synthetic = read_text_table(run / "synthetic.csv", require_labels=True)
-            predicted = classifier.predict(embedder.encode(synthetic.texts))
-            row["label_agreement"] = float(np.mean(predicted == np.array(synthetic.labels)))
-            row["n_synthetic"] = len(synthetic)
-            model = run / "checkpoints" / "model"
-        else:
-            model = None
-        generator = OfflineGenerator(model, seed=args.seed)
-        conditions = [Condition(keywords=tuple(topics.keywords[t])) for t in probe
-                      for _ in range(args.per_topic)]
-        texts = generator.generate(conditions)
-        asked = np.repeat(probe, args.per_topic)
-        got = topics.assign(embedder.encode([t if t.strip() else "." for t in texts]))
-        row["topic_hit_rate"] = float(np.mean(got == asked))
-        row["topic_hit_rate_in_probed"] = float(np.mean(np.isin(got, probe)))
-        results.append(row)
-        print(f"## {name}")
-        print(json.dumps(row))
-        for k, t in enumerate(probe):
-            print(f"- topic {t} ({', '.join(topics.keywords[t][:6])}):")
-            for text in texts[k * args.per_topic: k * args.per_topic + args.samples]:
-                print(f"    {text[:300]!r}")
+            agree = np.mean(judge.predict(embedder.encode(synthetic.texts))
+                            == np.array(synthetic.labels))
+            print(f"## {name}: synthetic.csv label agreement {agree:.3f} "
+                  f"(n = {len(synthetic)})")
+        for kind in args.draws.split(","):
+            for g in (float(x) for x in args.guidance.split(",")):
+                rng = np.random.default_rng(args.seed)
+                ys, ts = draw(kind, joint, args.n, rng)
+                asked = np.array([names[y] for y in ys])
+                conds = [Condition(label=str(y), keywords=() if ts is None else
+                                   tuple(topics.keywords[t]))
+                         for y, t in zip(asked, ys if ts is None else ts, strict=True)]
+                generator = OfflineGenerator(run and run / "checkpoints" / "model",
+                                             seed=args.seed, label_guidance=g,
+                                             guide_keywords=True)
+                texts = generator.generate(conds)
+                got = embedder.encode([t if t.strip() else "." for t in texts])
+                downstream = (LogisticRegression(max_iter=2000).fit(got, asked)
+                              .score(emb[score_rows], labels[score_rows])
+                              if len(set(asked)) > 1 else float("nan"))
+                row = {"generator": name, "draw": kind, "guidance": g, "n": args.n,
+                       "label_agreement": round(float(np.mean(judge.predict(got) == asked)), 3),
+                       "topic_hit": None if ts is None else
+                       round(float(np.mean(topics.assign(got) == ts)), 3),
+                       "downstream_accuracy": round(float(downstream), 3)}
+                print(json.dumps(row), flush=True)
+                for text, y in list(zip(texts, asked, strict=True))[: args.samples]:
+                    print(f"    {y}: {text[:200]!r}")
         print()
-    print(f"chance topic hit rate: about {1 / args.topics:.3f} among the probed topics, "
-          f"{1 / topics.n_topics:.3f} over all {topics.n_topics}")
 
 
 if __name__ == "__main__":

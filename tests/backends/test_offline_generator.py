@@ -30,6 +30,23 @@ def test_embeddings_are_untied_for_opacus_ghost_clipping(gen):
     assert model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr()
 
 
+def test_guide_keywords_contrasts_against_the_condition_without_label_and_keywords(tiny_lm):
+    conds = [Condition(keywords=("film",)), Condition(label="positive", keywords=("film",))]
+    requests = {}
+    for flag in (False, True):
+        gen = OfflineGenerator(tiny_lm, seed=1, guide_keywords=flag)
+        gen._run = lambda reqs, _, flag=flag: requests.setdefault(flag, reqs) and [[""]] * 2
+        gen.generate(conds)
+    plain, guided = requests[False], requests[True]
+    decode = OfflineGenerator(tiny_lm).tokenizer.decode
+    assert plain[0].contrast is None  # keywords alone are not guided by default
+    assert "film" in decode(plain[1].contrast) and "positive" not in decode(plain[1].contrast)
+    for request in guided:
+        assert request.contrast is not None
+        assert "film" not in decode(request.contrast)
+        assert "positive" not in decode(request.contrast)
+
+
 def test_same_seed_same_texts_other_seed_other_texts(tiny_lm):
     conds = [Condition(label="positive", keywords=("film",), length=20)] * 4
     a = OfflineGenerator(tiny_lm, seed=3).generate(conds)
@@ -164,6 +181,7 @@ def test_identity_keys_the_cache_on_the_weights_and_every_sampling_setting(tiny_
     assert again.generate(conds) == texts and again.hits == len(conds)
     variants = [cached(retrained), cached(tiny_lm, temperature=0.7),
                 cached(tiny_lm, top_p=0.8), cached(tiny_lm, label_guidance=1.5),
+                cached(tiny_lm, guide_keywords=True),
                 cached(tiny_lm, engine="int8"), cached(tiny_lm, engine="reference"),
                 cached(tiny_lm, seed=4)]
     identities = [g.identity() for g in [first, *variants]]

@@ -51,8 +51,25 @@ def test_dp_lm_recipes_train_generate_and_account(tmp_path, tickets, tiny_lm, to
     stages = privacy["breakdown"]
     assert stages["training"]["releases"] == 6
     assert ("topic_histogram" in stages) == (recipe == "ctcl")
+    assert ("label_histogram" in stages) == (recipe == "dpft")  # ctcl: (label, topic) cells
     assert 3.9 < privacy["spent"]["epsilon"] <= 4.0
     assert CANARY not in "\n".join(outputs.result.texts)
+
+
+def test_ctcl_conditions_pair_each_label_with_the_topics_of_its_cells():
+    from types import SimpleNamespace
+
+    from dpsynth.methods.ctcl import Ctcl
+
+    recipe = Ctcl.from_config({"n_output": 40})
+    ctx = SimpleNamespace(private=SimpleNamespace(label_names=["billing", "delivery"]))
+    state = {"cell_probs": [[0.5, 0.0, 0.0], [0.0, 0.25, 0.25]],
+             "topic_keywords": [["invoice"], ["parcel"], ["courier"]]}
+    conds = recipe._conditions(ctx, state)
+    pairs = {(c.label, c.keywords) for c in conds}
+    assert pairs == {("billing", ("invoice",)), ("delivery", ("parcel",)),
+                     ("delivery", ("courier",))}
+    assert sum(c.label == "billing" for c in conds) == 20
 
 
 def test_ctcl_keeps_the_seeds_topic_noise(tmp_path, tickets, tiny_lm, topics):

@@ -61,6 +61,28 @@ def test_dp_topic_histogram_counts_each_record_once():
     ledger = PrivacyLedger(1e3, 1e-6, discretization=0.1)
     assigned, noisy = dp_topic_histogram(emb[:90], model, Gaussian(0.3), ledger,
                                          NoiseSource(0))
-    assert noisy.sum() == pytest.approx(90, abs=4)
-    np.testing.assert_allclose(noisy, np.bincount(assigned, minlength=3), atol=2)
+    assert noisy.shape == (1, 3) and noisy.sum() == pytest.approx(90, abs=4)
+    np.testing.assert_allclose(noisy[0], np.bincount(assigned, minlength=3), atol=2)
     assert ledger.breakdown()["topic_histogram"]["releases"] == 1
+
+
+def test_the_label_topic_histogram_moves_one_cell_by_one_between_neighbours():
+    """Sensitivity by construction: removing any one record changes the exact (label, topic)
+    counts in one cell by one, so the topic histogram's σ covers the joint table."""
+    texts, emb = corpus()
+    model = build_topic_model(texts, emb, n_topics=3, seed=0, min_cluster_size=20)
+    codes = np.arange(90) % 2
+
+    def release(embeddings, labels):  # the same seeded noise, so differences are exact
+        return dp_topic_histogram(embeddings, model, Gaussian(0.3),
+                                  PrivacyLedger(1e3, 1e-6, discretization=0.1), NoiseSource(0),
+                                  label_codes=labels, n_labels=2)[1]
+
+    full = release(emb[:90], codes)
+    assert full.shape == (2, 3) and full.sum() == pytest.approx(90, abs=4)
+    for gone in (0, 45, 89):
+        keep = np.arange(90) != gone
+        neighbour = release(emb[:90][keep], codes[keep])
+        diff = np.abs(full - neighbour)
+        assert np.isclose(diff.sum(), 1.0, atol=1e-6) and np.isclose(diff.max(), 1.0, atol=1e-6)
+        assert np.isclose(diff[codes[gone]].sum(), 1.0, atol=1e-6)  # in the record's label row

@@ -2,13 +2,18 @@
 fine-tuning of the small public conditional LM on (topic keywords [+ label] → document).
 
     topics      each private record to its nearest public topic; Gaussian counts  (§3.3)
-    labels      a Gaussian label histogram, when the data has labels
+                over (label, topic) cells when the data has labels
     training    DP-Adam (opacus) on condition → document pairs                     (§3.3)
-    generation  N samples over topics by the DP histogram, each from its topic's   (§3.4)
-                keywords (and a label drawn by the DP label distribution)
+    generation  N samples over the cells by the DP histogram, each from its topic's (§3.4)
+                keywords and its label, guided on the whole condition
 
 The histogram keeps the seed's noise multiplier (10) unless `topic_noise_multiplier` is
 None; training's noise is calibrated so that everything composes to the budget by PLD.
+
+Departure: the seed draws topics alone. A label drawn apart from its topic asks for, say, a
+Sports text about Iraq; drawing them together (one record is still one cell, so the same
+sensitivity, and no separate label histogram) and guiding on label and keywords raised the
+shipped LM's label agreement on ag_news from 0.19-0.23 to 0.72 (docs/recipes/ctcl.md).
 """
 
 from __future__ import annotations
@@ -24,14 +29,22 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends import Condition, build_trainable_lm
 from dpsynth.backends.label_names import with_label_names
-from dpsynth.data import PrivateDataset
+from dpsynth.data import Access, PrivateDataset
+from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.ops.metadata import dp_label_distribution, to_distribution
+from dpsynth.ops.metadata import to_distribution
 from dpsynth.ops.topics import TopicModel, dp_topic_histogram
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
 log = logging.getLogger(__name__)
+
+GUIDANCE = 3.0
+"""Guidance on label and topic keywords. Sampling the shipped LM from ag_news's (label,
+topic) cells (240 texts, one seed), a classifier trained on real records agreed with the asked
+label on 0.63 / 0.68 / 0.72 / 0.71 of the texts at guidance 1 / 2 / 3 / 4, and one trained on
+the texts scored 0.69 / 0.69 / 0.74 / 0.73 on real records; from 4 on the text repeats its
+keywords (benchmarks/ctcl_steering.py, docs/recipes/ctcl.md)."""
 
 
 class LmTrainingParams(BaseModel):
@@ -41,8 +54,6 @@ class LmTrainingParams(BaseModel):
 
     n_output: int = Field(2_000, ge=1, description="synthetic texts sampled from the trained LM")
     model: Path | None = Field(None, description="public LM folder; the shipped one if omitted")
-    label_fraction: float = Field(0.05, gt=0, lt=1, description="budget share of the DP label "
-                                  "distribution")
     steps: int = Field(200, ge=1, description="DP-Adam training steps")
     batch_size: int = Field(64, ge=1, description="expected Poisson batch size")
     max_grad_norm: float = Field(1.0, gt=0, description="per-example gradient clipping norm C")
@@ -59,6 +70,9 @@ class LmTrainingParams(BaseModel):
                                   "(weights and Adam moments; a killed run resumes there)")
     temperature: float = Field(1.0, ge=0, description="sampling temperature")
     top_p: float = Field(0.95, gt=0, le=1, description="nucleus sampling mass")
+    guidance: float = Field(GUIDANCE, ge=1, description="classifier-free guidance on the "
+                            "condition (label and topic keywords) when sampling; 1: plain "
+                            "sampling, each step above 1 costs a second forward pass")
 
 
 class CtclParams(LmTrainingParams):
@@ -77,17 +91,17 @@ class Ctcl(Recipe):
     uses_topics: ClassVar[bool] = True
 
     def fixed_noise(self) -> dict[str, float]:
-        sigma = self.params.topic_noise_multiplier if self.uses_topics else None
+        sigma = self.params.topic_noise_multiplier
         return {"topic_histogram": sigma} if sigma else {}
 
+    def condition_stages(self, private: PrivateDataset) -> list[StageSpec]:
+        """One Gaussian histogram over (label, topic) cells, or topics without labels."""
+        return [StageSpec("topic_histogram", "gaussian", 0.1,
+                          sensitivity=private.records_per_unit)]
+
     def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
-        p, k = self.params, private.records_per_unit
-        stages = []
-        if self.uses_topics:
-            stages.append(StageSpec("topic_histogram", "gaussian", 0.1, sensitivity=k))
-        if private.has_labels:
-            stages.append(StageSpec("label_histogram", "gaussian", p.label_fraction,
-                                    sensitivity=k))
+        p = self.params
+        stages = self.condition_stages(private)
         rate = min(1.0, p.batch_size / max(1, private.n_units))
         rest = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec("training", "dp_sgd", rest, compositions=p.steps,
@@ -101,9 +115,9 @@ class Ctcl(Recipe):
         plan = ctx.plan
         trained = ctx.checkpoints.folder / "model"
         if ctx.resumed is None:
-            assigned, topic_probs = self._topics(ctx, plan)
-            state = {"topic_probs": topic_probs, "label_probs": self._labels(ctx, plan),
-                     "topic_keywords": self._keyword_table(ctx), "trained_steps": 0}
+            assigned, cells = self.condition_distribution(ctx, plan)
+            state = {"cell_probs": cells, "topic_keywords": self._keyword_table(ctx),
+                     "trained_steps": 0}
             ctx.save(0, state)
         else:
             state = ctx.resumed[1]
@@ -113,8 +127,9 @@ class Ctcl(Recipe):
             self._train(ctx, plan, state, assigned)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
+        p = self.params
         generator = with_label_names(  # conditioned on the names it was trained on
-            self._lm.generator(trained, self.params.temperature, self.params.top_p, ctx.seed),
+            self._lm.generator(trained, p.temperature, p.top_p, ctx.seed, p.guidance),
             ctx.label_names)
         conditions = self._conditions(ctx, state)
         texts, labels = keep_produced(generator.generate(conditions),
@@ -131,25 +146,21 @@ class Ctcl(Recipe):
         folder = self.params.topic_model or Path(__file__).resolve().parents[1] / "assets/topics"
         return TopicModel.load(folder)
 
-    def _topics(self, ctx: RunContext, plan: BudgetPlan) -> tuple[np.ndarray | None,
-                                                                   list[float] | None]:
-        """Each record's nearest topic and the DP topic distribution (None without topics)."""
-        if not self.uses_topics:
-            return None, None
-        assigned, noisy = dp_topic_histogram(ctx.embed_private(), self.topic_model,
-                                             plan.stage("topic_histogram").mechanism,
-                                             ctx.ledger, ctx.noise)
-        return assigned, to_distribution(noisy).tolist()
+    def condition_distribution(self, ctx: RunContext, plan: BudgetPlan
+                               ) -> tuple[np.ndarray | None, list[list[float]]]:
+        """Each record's nearest topic (private: it feeds training only) and the DP
+        distribution over conditions: one row per label (one row without labels), one column
+        per topic (one column without topics)."""
+        private = ctx.private
+        codes = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
+        assigned, noisy = dp_topic_histogram(
+            ctx.embed_private(), self.topic_model, plan.stage("topic_histogram").mechanism,
+            ctx.ledger, ctx.noise, label_codes=codes, n_labels=len(private.label_names or ()) or 1)
+        return assigned, to_distribution(noisy.ravel()).reshape(noisy.shape).tolist()
 
     def _assigned_topics(self, ctx: RunContext) -> np.ndarray | None:
         """The records' topics again on resume: private, so recomputed, never checkpointed."""
         return self.topic_model.assign(ctx.embed_private()) if self.uses_topics else None
-
-    def _labels(self, ctx: RunContext, plan: BudgetPlan) -> list[float] | None:
-        if not ctx.private.has_labels:
-            return None
-        return dp_label_distribution(ctx.private, plan.stage("label_histogram").mechanism,
-                                     ctx.ledger, ctx.noise).tolist()
 
     def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict,
                assigned: np.ndarray | None) -> None:
@@ -203,17 +214,15 @@ class Ctcl(Recipe):
         return self.topic_model.keywords if self.uses_topics else []
 
     def _conditions(self, ctx: RunContext, state: dict) -> list[Condition]:
-        rng = np.random.default_rng([ctx.seed, 2])
-        names = ctx.private.label_names
-        n = self.params.n_output
-        if state["topic_probs"] is not None:
-            topics = np.repeat(np.arange(len(state["topic_probs"])),
-                               allocate(n, np.asarray(state["topic_probs"]), minimum=0))
-        else:
-            topics = np.full(n, -1)
-        labels = (rng.choice(names, size=n, p=np.asarray(state["label_probs"]))
-                  if names else [None] * n)
-        table = state["topic_keywords"]
-        return [Condition(label=None if y is None else str(y),
-                          keywords=tuple(table[t]) if t >= 0 else ())
-                for t, y in zip(topics, labels, strict=True)]
+        """`n_output` conditions over the cells, allocated by the DP distribution."""
+        if "cell_probs" not in state:
+            raise InputError(f"{ctx.checkpoints.folder}: started by an older dpsynth whose "
+                             "CTCL conditions differ; write to a new output folder")
+        probs = np.asarray(state["cell_probs"])
+        cells = np.repeat(np.arange(probs.size),
+                          allocate(self.params.n_output, probs.ravel(), minimum=0))
+        rows, columns = np.unravel_index(cells, probs.shape)
+        names, table = ctx.private.label_names, state["topic_keywords"]
+        return [Condition(label=str(names[r]) if names else None,
+                          keywords=tuple(table[c]) if table else ())
+                for r, c in zip(rows, columns, strict=True)]

@@ -5,13 +5,41 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel
+import numpy as np
+from pydantic import BaseModel, Field
 
+from dpsynth.data import PrivateDataset
+from dpsynth.methods.base import RunContext
 from dpsynth.methods.ctcl import Ctcl, LmTrainingParams
+from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.privacy.planning import BudgetPlan, StageSpec
+
+
+class DpftParams(LmTrainingParams):
+    label_fraction: float = Field(0.05, gt=0, lt=1, description="budget share of the DP label "
+                                  "distribution")
 
 
 class DpFinetune(Ctcl):
     name: ClassVar[str] = "dpft"
-    Params: ClassVar[type[BaseModel]] = LmTrainingParams
-    params: LmTrainingParams  # type: ignore[assignment]
+    Params: ClassVar[type[BaseModel]] = DpftParams
+    params: DpftParams  # type: ignore[assignment]
     uses_topics: ClassVar[bool] = False
+
+    def fixed_noise(self) -> dict[str, float]:
+        return {}
+
+    def condition_stages(self, private: PrivateDataset) -> list[StageSpec]:
+        if not private.has_labels:
+            return []
+        return [StageSpec("label_histogram", "gaussian", self.params.label_fraction,
+                          sensitivity=private.records_per_unit)]
+
+    def condition_distribution(self, ctx: RunContext, plan: BudgetPlan
+                               ) -> tuple[None, list[list[float]]]:
+        """The DP label distribution as one column (no topics)."""
+        if not ctx.private.has_labels:
+            return None, [[1.0]]
+        probs = dp_label_distribution(ctx.private, plan.stage("label_histogram").mechanism,
+                                      ctx.ledger, ctx.noise)
+        return None, np.asarray(probs)[:, None].tolist()

@@ -96,11 +96,17 @@ def _cluster(embeddings: np.ndarray, n_topics: int, seed: int, min_cluster_size:
 
 def dp_topic_histogram(private_embeddings: np.ndarray, model: TopicModel,
                        mechanism: Gaussian, ledger: PrivacyLedger, noise: NoiseSource,
-                       stage: str = "topic_histogram") -> tuple[np.ndarray, np.ndarray]:
+                       stage: str = "topic_histogram", label_codes: np.ndarray | None = None,
+                       n_labels: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Each private record goes to its nearest topic; Gaussian noise on the counts.
 
-    Returns the assignments (private: they feed DP training only) and the noisy counts.
+    With `label_codes` the counts are over (label, topic) cells, one row per label: a record
+    is still in exactly one cell, so the sensitivity is that of the topic counts alone.
+    Returns the assignments (private: they feed DP training only) and the noisy counts, of
+    shape (n_labels, topics).
     """
     assigned = model.assign(private_embeddings)
-    counts = np.bincount(assigned, minlength=model.n_topics)
-    return assigned, np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=float)
+    rows = np.zeros(len(assigned), dtype=int) if label_codes is None else np.asarray(label_codes)
+    counts = np.bincount(rows * model.n_topics + assigned, minlength=n_labels * model.n_topics)
+    noisy = np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=float)
+    return assigned, noisy.reshape(n_labels, model.n_topics)

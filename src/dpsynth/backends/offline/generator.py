@@ -50,7 +50,9 @@ MAX_KEYWORDS = 6
 LABEL_GUIDANCE = 2.0
 """Classifier-free guidance on the label in `generate` (1: plain sampling). At 2 an SST-2
 classifier tells positive- from negative-conditioned texts 68% of the time, against 52%
-without guidance (100 texts each, 30 words); it doubles the cost of labelled generation."""
+without guidance (100 texts each, 30 words); it doubles the cost of labelled generation.
+With `guide_keywords` the contrast drops the keywords too, so guidance stresses the whole
+condition (CTCL's topic keywords: see LmTrainingParams.guidance)."""
 
 
 ENGINES = ("fast", "int8", "reference")
@@ -98,7 +100,8 @@ class OfflineGenerator(Generator):
 
     def __init__(self, model_dir: str | Path | None = None, *, temperature: float = 1.0,
                  top_p: float = 0.95, seed: int | None = None, batch_size: int = 64,
-                 label_guidance: float = LABEL_GUIDANCE, engine: str = "fast") -> None:
+                 label_guidance: float = LABEL_GUIDANCE, guide_keywords: bool = False,
+                 engine: str = "fast") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
             import torch
@@ -118,11 +121,12 @@ class OfflineGenerator(Generator):
         self.model_dir = folder
         self.engine = engine
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
-        self.label_guidance = label_guidance
+        self.label_guidance, self.guide_keywords = label_guidance, guide_keywords
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
         self._identity = {"backend": "offline", "model": folder_digest(folder),
                           "temperature": temperature, "top_p": top_p,
-                          "label_guidance": label_guidance, "engine": engine, "seed": seed}
+                          "label_guidance": label_guidance, "guide_keywords": guide_keywords,
+                          "engine": engine, "seed": seed}
         self._calls = 0
         self.tokenizer = load_tokenizer(folder)
         self.model = GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float32).eval()
@@ -208,9 +212,11 @@ class OfflineGenerator(Generator):
             fields = self._fields(cond)
             reserve = self._reserve(cond.length)
             contrast = None
-            if cond.label:  # guidance stresses what the label changes
-                unlabelled = fmt.Fields(fields.kind, None, fields.keywords, fields.length)
-                contrast = self._fit(fmt.generation_prompt(unlabelled), reserve)
+            if cond.label or (self.guide_keywords and fields.keywords):
+                # guidance stresses what the label (and, if asked, the keywords) change
+                kept = () if self.guide_keywords else fields.keywords
+                unguided = fmt.Fields(fields.kind, None, kept, fields.length)
+                contrast = self._fit(fmt.generation_prompt(unguided), reserve)
             requests.append(Request(self._fit(fmt.generation_prompt(fields), reserve),
                                     (_budget(cond.length),), contrast=contrast))
         return [segs[0] for segs in self._run(requests, gen)]

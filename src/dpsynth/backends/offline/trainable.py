@@ -50,5 +50,9 @@ class TrainableLM:
                 shutil.copy(extra, folder / extra.name)
 
     @staticmethod
-    def generator(folder: Path, temperature: float, top_p: float, seed: int) -> OfflineGenerator:
-        return OfflineGenerator(folder, temperature=temperature, top_p=top_p, seed=seed)
+    def generator(folder: Path, temperature: float, top_p: float, seed: int,
+                  guidance: float) -> OfflineGenerator:
+        """Samples of the trained folder, with classifier-free guidance on the whole
+        condition (label and keywords)."""
+        return OfflineGenerator(folder, temperature=temperature, top_p=top_p, seed=seed,
+                                label_guidance=guidance, guide_keywords=True)
