@@ -72,6 +72,28 @@ def test_ctcl_conditions_pair_each_label_with_the_topics_of_its_cells():
     assert sum(c.label == "billing" for c in conds) == 20
 
 
+def test_a_folder_of_the_older_conditions_is_refused_before_training_resumes(tmp_path):
+    """Its ledger may hold a label histogram the current plan does not: resuming training
+    would spend the rest of the budget (or overrun it) only to be refused at sampling."""
+    from types import SimpleNamespace
+
+    from dpsynth.errors import InputError
+    from dpsynth.methods.ctcl import Ctcl
+
+    recipe = Ctcl.from_config({"steps": 6})
+
+    def trained(*_):
+        raise AssertionError("training resumed")
+
+    recipe._assigned_topics = recipe._train = trained
+    old = {"topic_probs": [1.0], "label_probs": [0.5, 0.5], "topic_keywords": [["invoice"]],
+           "trained_steps": 2}
+    ctx = SimpleNamespace(plan=None, resumed=(2, old),
+                          checkpoints=SimpleNamespace(folder=tmp_path))
+    with pytest.raises(InputError, match="older dpsynth"):
+        recipe.run(ctx)
+
+
 def test_ctcl_keeps_the_seeds_topic_noise(tmp_path, tickets, tiny_lm, topics):
     from dpsynth.data import PrivateDataset
     from dpsynth.methods.ctcl import Ctcl

@@ -121,6 +121,9 @@ class Ctcl(Recipe):
             ctx.save(0, state)
         else:
             state = ctx.resumed[1]
+            if "cell_probs" not in state:  # before any training step is charged or redone
+                raise InputError(f"{ctx.checkpoints.folder}: started by an older dpsynth whose "
+                                 "CTCL conditions differ; write to a new output folder")
         if state["trained_steps"] < self.params.steps:
             if ctx.resumed is not None:
                 assigned = self._assigned_topics(ctx)
@@ -215,9 +218,6 @@ class Ctcl(Recipe):
 
     def _conditions(self, ctx: RunContext, state: dict) -> list[Condition]:
         """`n_output` conditions over the cells, allocated by the DP distribution."""
-        if "cell_probs" not in state:
-            raise InputError(f"{ctx.checkpoints.folder}: started by an older dpsynth whose "
-                             "CTCL conditions differ; write to a new output folder")
         probs = np.asarray(state["cell_probs"])
         cells = np.repeat(np.arange(probs.size),
                           allocate(self.params.n_output, probs.ravel(), minimum=0))
