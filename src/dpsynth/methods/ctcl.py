@@ -29,12 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends import Condition, build_trainable_lm
 from dpsynth.backends.label_names import with_label_names
-from dpsynth.data import Access, PrivateDataset
+from dpsynth.data import PrivateDataset
 from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import to_distribution
-from dpsynth.ops.topics import TopicModel, dp_topic_histogram
+from dpsynth.ops.topics import TopicModel, dp_condition_histogram
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
 log = logging.getLogger(__name__)
@@ -154,11 +154,9 @@ class Ctcl(Recipe):
         """Each record's nearest topic (private: it feeds training only) and the DP
         distribution over conditions: one row per label (one row without labels), one column
         per topic (one column without topics)."""
-        private = ctx.private
-        codes = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
-        assigned, noisy = dp_topic_histogram(
-            ctx.embed_private(), self.topic_model, plan.stage("topic_histogram").mechanism,
-            ctx.ledger, ctx.noise, label_codes=codes, n_labels=len(private.label_names or ()) or 1)
+        assigned, noisy = dp_condition_histogram(
+            ctx.private, ctx.embed_private(), self.topic_model,
+            plan.stage("topic_histogram").mechanism, ctx.ledger, ctx.noise)
         return assigned, to_distribution(noisy.ravel()).reshape(noisy.shape).tolist()
 
     def _assigned_topics(self, ctx: RunContext) -> np.ndarray | None:

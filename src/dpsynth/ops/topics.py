@@ -18,6 +18,7 @@ import numpy as np
 from sklearn.cluster import HDBSCAN, KMeans
 from sklearn.decomposition import PCA
 
+from dpsynth.data import Access, PrivateDataset
 from dpsynth.ops.keywords import class_keywords
 from dpsynth.ops.nearest import nearest_indices
 from dpsynth.privacy.ledger import PrivacyLedger
@@ -110,3 +111,13 @@ def dp_topic_histogram(private_embeddings: np.ndarray, model: TopicModel,
     counts = np.bincount(rows * model.n_topics + assigned, minlength=n_labels * model.n_topics)
     noisy = np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=float)
     return assigned, noisy.reshape(n_labels, model.n_topics)
+
+
+def dp_condition_histogram(private: PrivateDataset, private_embeddings: np.ndarray,
+                           model: TopicModel, mechanism: Gaussian, ledger: PrivacyLedger,
+                           noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+    """`dp_topic_histogram` over (label, topic) cells when the data has labels (one row
+    otherwise): CTCL's conditions."""
+    codes = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
+    return dp_topic_histogram(private_embeddings, model, mechanism, ledger, noise,
+                              label_codes=codes, n_labels=len(private.label_names or ()) or 1)
