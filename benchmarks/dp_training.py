@@ -15,6 +15,10 @@ idle machine. The model has the offline LM's shape (GPT-2, untied embeddings, vo
 with random weights. Every mode runs the code `dp_finetune` runs (`ops/dp_training.py`): the
 same loss, clipping, noise and AdamW step; the non-private step is the plain backward and
 AdamW step.
+
+The non-private step is also set against the machine's own float32 GEMM throughput, measured
+in the same process at the same thread count: torch's FLOP counter gives the step's forward
+and backward FLOPs, and the floor is those FLOPs at the GEMM's rate (goal: step <= 2x floor).
 """
 
 from __future__ import annotations
@@ -28,6 +32,22 @@ import sys
 import time
 
 MODES = ("non-private", "bk", "hooks", "ghost")
+GEMM_SIZE = 2048
+FLOOR_GOAL = 2.0
+
+
+def gemm_flops_per_s(threads: int, repeats: int = 5) -> float:
+    """Best float32 GEMM rate of a square product, the machine's attainable peak."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(GEMM_SIZE, GEMM_SIZE), torch.randn(GEMM_SIZE, GEMM_SIZE)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * GEMM_SIZE**3 / best
 
 
 def measure(mode: str, batch: int, length: int, steps: int, layers: int,
@@ -60,7 +80,16 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int,
             criterion(logits, targets).backward()
             optimizer.step()
             optimizer.zero_grad()
+
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            criterion(model(input_ids=inputs, position_ids=positions).logits,
+                      targets).backward()
+        optimizer.zero_grad()
+        extra = {"flops": counter.get_total_flops(), "gemm_flops_s": gemm_flops_per_s(threads)}
     else:
+        extra = {}
         config = DpTraining(steps=steps, sampling_rate=batch / len(ids), noise_multiplier=1.0,
                             max_grad_norm=1.0, max_length=length, grad_sample_mode=mode)
         loader = DataLoader(TensorDataset(ids, torch.full((len(ids),), length)),
@@ -79,7 +108,7 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int,
             cpu.append(time.process_time() - start_cpu)
     return {"mode": mode, "step_s": sorted(times)[len(times) // 2],
             "cpu_s": sorted(cpu)[len(cpu) // 2],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **extra}
 
 
 def main() -> None:
@@ -112,6 +141,13 @@ def main() -> None:
               f"(range {min(ratios):.2f}–{max(ratios):.2f}) | {statistics.median(cpu):.3f} | "
               f"{statistics.median(cpu_ratios):.2f} (range {min(cpu_ratios):.2f}–"
               f"{max(cpu_ratios):.2f}) | {peak:.0f} |")
+    floors = [r[0]["flops"] / r[0]["gemm_flops_s"] for r in rounds]
+    ratios = [r[0]["step_s"] * r[0]["gemm_flops_s"] / r[0]["flops"] for r in rounds]
+    print(f"\nnon-private step: {rounds[0][0]['flops'] / 1e9:.1f} GFLOP forward and backward; "
+          f"float32 GEMM {statistics.median(r[0]['gemm_flops_s'] for r in rounds) / 1e9:.1f} "
+          f"GFLOP/s ({GEMM_SIZE}x{GEMM_SIZE}, {args.threads} threads) -> floor "
+          f"{statistics.median(floors):.3f} s; step / floor {statistics.median(ratios):.2f} "
+          f"(range {min(ratios):.2f}-{max(ratios):.2f}; goal <= {FLOOR_GOAL:g})")
 
 
 def _measure_in_process(mode: str, args: argparse.Namespace) -> dict:
