@@ -14,6 +14,9 @@ same downstream model (logistic regression on embeddings) and the same seeds. Ro
 - each recipe at each ε: `dpsynth run` on a generated config (same generator, embedder and
   seed), reading `synthetic.csv` and the generator calls (usage.json) from the run folder;
   `calls_per_kept` is generator calls per synthetic record kept (dpga's paper spends 41).
+  `--in-process` makes the same run by `dpsynth.synthesize` in this process instead, with one
+  embedder for every run that embeds each text once (`Memo`): a grid then embeds the private
+  split once, not once per recipe, ε and seed, and `wall_s` leaves that embedding out.
 
 A row that cannot run (no recipe yet, no generator) is written with its reason, never with a
 made-up number. Writes utility-DATASET.md and utility-DATASET.csv (mean ± std over seeds).
@@ -37,6 +40,7 @@ import pandas as pd
 import yaml
 
 from dpsynth.backends import Condition, build_embedder, build_generator
+from dpsynth.backends.base import Embedder
 from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
 from dpsynth.errors import DpsynthError
 from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text_table
@@ -70,6 +74,44 @@ class Produced:
     """Set when the run was not made now (a kept run read back)."""
 
 
+class Memo(Embedder):
+    """`--in-process`: one embedder for every run of the invocation, each text embedded once.
+
+    Private texts go through the inner `encode_private`, as in a fresh run, and are kept apart
+    from public ones, in this process's memory only: a convenience of a benchmark on shared
+    sets, never of the library, whose runs embed their private records afresh and store them
+    nowhere."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self._public: dict[str, np.ndarray] = {}
+        self._private: dict[str, np.ndarray] = {}
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def encode(self, texts):
+        return self._memo(texts, self._public, self.inner.encode)
+
+    def encode_private(self, texts):
+        return self._memo(texts, self._private, self.inner.encode_private)
+
+    def encode_uncached(self, texts):
+        return self.inner.encode_uncached(texts)
+
+    def identity(self) -> dict[str, object]:
+        return self.inner.identity()
+
+    def _memo(self, texts, memo: dict[str, np.ndarray], encode) -> np.ndarray:
+        new = [text for text in dict.fromkeys(texts) if text not in memo]
+        if new:
+            memo.update(zip(new, encode(new), strict=True))
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([memo[text] for text in texts])
+
+
 @dataclass
 class Row:
     name: str
@@ -89,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
                         next_token=NextTokenConfig(steps=args.next_token_steps)
                         if args.next_token else None)
     test_emb = embedder.encode(test.texts)
+    memo = Memo(embedder) if args.in_process else None
     producers: list[tuple[str, str, Callable[[int], Produced]]] = [
         ("real train (upper bound)", "no DP",
          lambda seed: Produced(_sample(train, args.n_synthetic, seed), 0))]
@@ -97,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
                           lambda seed: _lower_bound(train, args.n_synthetic, seed, args)))
     for recipe in filter(None, args.recipes.split(",")):
         for eps in args.epsilons.split(","):
-            producers.append((recipe, eps, _recipe_runner(recipe, float(eps), data, args)))
+            producers.append((recipe, eps, _recipe_runner(recipe, float(eps), data, args,
+                                                          memo)))
 
     rows = []
     for name, eps, produce in producers:
@@ -157,9 +201,10 @@ def _generator(args: argparse.Namespace) -> dict:
     return pool
 
 
-def _recipe_runner(recipe: str, epsilon: float, data: Path,
-                   args: argparse.Namespace) -> Callable[[int], Produced]:
-    """Run `dpsynth run` on a generated config and read its synthetic set back."""
+def _recipe_runner(recipe: str, epsilon: float, data: Path, args: argparse.Namespace,
+                   memo: Memo | None = None) -> Callable[[int], Produced]:
+    """Run `dpsynth run` on a generated config (with a `memo`: `dpsynth.synthesize` on the same
+    settings, in this process) and read its synthetic set back."""
 
     def run(seed: int) -> Produced:
         with tempfile.TemporaryDirectory(prefix="dpsynth-bench-") as tmp:
@@ -179,20 +224,41 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path,
                 "output": {"dir": str(out), "format": "csv"},
                 "seed": seed,
             }
-            path = Path(tmp) / "config.yaml"
-            path.write_text(yaml.safe_dump(config), encoding="utf-8")
-            done = subprocess.run([sys.executable, "-m", "dpsynth", "run", str(path),
-                                   "--log-level", "warning"], capture_output=True, text=True,
-                                  cwd=ROOT)
-            if done.returncode != 0:
-                lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-                raise NotAvailable(lines[-1] if lines else f"exit code {done.returncode}")
+            if memo is not None:
+                _synthesize(config, memo)
+            else:
+                _dpsynth_run(config, Path(tmp) / "config.yaml")
             wall = time.perf_counter() - started
             (out / "bench.json").write_text(json.dumps({"wall_s": wall}), encoding="utf-8")
             table = read_text_table(out / "synthetic.csv", require_labels=True)
             return Produced(table, _generator_calls(out), _reported(out), wall)
 
     return run
+
+
+def _dpsynth_run(config: dict, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "dpsynth", "run", str(path), "--log-level",
+                           "warning"], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        raise NotAvailable(lines[-1] if lines else f"exit code {done.returncode}")
+
+
+def _synthesize(config: dict, memo: Memo) -> None:
+    """The run `_dpsynth_run` makes, through the Python API and the shared embedder."""
+    import dpsynth
+
+    try:
+        dpsynth.synthesize(config["data"]["path"], label=config["data"]["label_column"],
+                           epsilon=config["budget"]["epsilon"], recipe=config["recipe"]["name"],
+                           params=config["recipe"]["params"],
+                           generator=config["backends"]["generator"], embedder=memo,
+                           seed=config["seed"], output_dir=config["output"]["dir"],
+                           output_format=config["output"]["format"], report=False,
+                           log_level=None)
+    except DpsynthError as exc:
+        raise NotAvailable(str(exc)) from None
 
 
 def _reported(run_dir: Path) -> dict[str, float]:
@@ -315,6 +381,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="skip the generator-only row (when another table has it)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--tag", default="", help="suffix of the result files' names")
+    parser.add_argument("--in-process", action="store_true", help="run the recipes by "
+                        "dpsynth.synthesize in this process, each text embedded once for all runs")
     parser.add_argument("--keep-runs", default="", help="keep every run folder under this "
                         "directory (default: deleted after scoring); a finished run found there "
                         "is scored again instead of rerun, and an unfinished one resumes")

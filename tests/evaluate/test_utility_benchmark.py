@@ -143,3 +143,32 @@ def test_a_finished_kept_run_is_scored_again_not_rerun(bench, tmp_path, monkeypa
     assert recipe["wall_s_mean"] == 123.5 and recipe["generator_calls_mean"] == 77
     assert recipe["calls_per_kept_mean"] == 77 / 20
     assert recipe["accuracy_mean"] > 0.9
+
+
+class Evolving(LabelEcho):
+    """LabelEcho with every operation pe needs."""
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        return [f"{text} again" for text in texts]
+
+
+def test_in_process_runs_embed_each_private_text_once(bench, tmp_path, monkeypatch,
+                                                      hashing_embedder):
+    _dataset(tmp_path)
+    private_calls = []
+    inner_private = hashing_embedder.encode_private
+    monkeypatch.setattr(hashing_embedder, "encode_private",
+                        lambda texts: private_calls.append(list(texts)) or inner_private(texts))
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: Evolving())
+    monkeypatch.setattr(bench.subprocess, "run", _failed_run)  # a subprocess would fail the row
+    bench.main(["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1,4",
+                "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
+                "--no-lower-bound", "--in-process", "--recipe-params",
+                '{"iterations": 2, "n_samples": 20}', "--out", str(tmp_path / "out")])
+    table = pd.read_csv(tmp_path / "out" / "utility-tiny.csv")
+    assert list(table["row"]) == ["real train (upper bound)", "pe", "pe"]
+    assert (table["seeds"] == 2).all() and table["accuracy_mean"].notna().all()
+    assert (table.iloc[1:]["generator_calls_mean"] > 0).all()
+    embedded = [text for call in private_calls for text in call]
+    assert len(embedded) == len(set(embedded)) == 60  # four runs, one embedding per record
