@@ -89,7 +89,10 @@ def candidates(embedder_cfg):
 def _in_object_store() -> list:
     """The driver's objects Ray holds in its (spillable) object store rather than inline."""
     core = ray._private.worker.global_worker.core_worker
-    refs = [ray.ObjectRef(key) for key in core.get_all_reference_counts()]
+    # ids come as bytes, and as hex while a task's return is still pending
+    refs = [ray.ObjectRef(bytes.fromhex(key if isinstance(key, str) else key.decode())
+                          if len(key) == 56 else key)
+            for key in core.get_all_reference_counts()]
     located = ray.experimental.get_object_locations(refs) if refs else {}
     return [ref for ref, where in located.items() if where["node_ids"]]
 
