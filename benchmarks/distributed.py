@@ -45,7 +45,7 @@ from dpsynth.backends.config import EmbedderConfig, ExecutorConfig  # noqa: E402
 from dpsynth.backends.ray_cluster import ray_session  # noqa: E402
 from dpsynth.data import PrivateDataset  # noqa: E402
 from dpsynth.ops.nearest import private_voters  # noqa: E402
-from dpsynth.ops.sharded import shard_voters  # noqa: E402
+from dpsynth.ops.sharded import Cluster  # noqa: E402
 
 AG_NEWS = ROOT.parent / "shared" / "data" / "ag_news" / "train.csv"
 
@@ -102,8 +102,8 @@ def main() -> None:
             with ray_session(executor):
                 started = time.perf_counter() - start
                 rows.append((f"ray, {workers} worker(s)", started, *vote_stage(
-                    lambda executor=executor: shard_voters(private, cfg, None, executor,
-                                                           allow_remote=False),
+                    lambda executor=executor: Cluster(cfg, None, executor,
+                                                      False).voters(private),
                     candidates, args.iterations)))
     base = rows[0]
     print(f"{'engine':<20}{'start s':>9}{'embed s':>9}{'vote s':>9}"

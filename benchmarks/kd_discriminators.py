@@ -26,6 +26,7 @@ from dpsynth.data import PrivateDataset
 from dpsynth.evaluate import read_text_table
 from dpsynth.methods.kd_tutor import KdTutor, KdTutorParams
 from dpsynth.ops.pate import (
+    Teachers,
     label_within_budget,
     partition_units,
     teacher_votes,
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
                                        label_mode="none"))
         plan = recipe.budget_plan(private, eps, delta)
         ledger = PrivacyLedger(eps, delta)
-        votes = label_within_budget(teachers, emb["queries"],
+        votes = label_within_budget(Teachers(teachers), emb["queries"],
                                     plan.stage("student_queries").mechanism, 100, ledger,
                                     NoiseSource())
         clean = np.argmax(teacher_votes(teachers, emb["queries"][: len(votes)]), axis=1)

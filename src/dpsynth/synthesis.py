@@ -9,13 +9,11 @@ journal of every release ever made for the folder (docs/privacy.md, "Crashes and
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
 import secrets
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,10 +28,10 @@ from dpsynth.backends.label_names import with_label_names
 from dpsynth.backends.ray_cluster import ray_session
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
-from dpsynth.data import PrivateDataset, read_table, write_table
+from dpsynth.data import read_table, write_table
 from dpsynth.errors import InputError
 from dpsynth.methods.base import RunContext, SyntheticSet
-from dpsynth.ops.sharded import shard_voters
+from dpsynth.ops.sharded import Cluster
 from dpsynth.preflight import RunPlan, make_plan
 from dpsynth.privacy.journal import Journal, JournalHeader, atomic_write_text
 from dpsynth.privacy.ledger import PrivacyLedger
@@ -146,7 +144,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
                      plan=run_plan.budget, label_names=config.data.label_names or {},
                      report=report, resumed=resumed[:2] if resumed else None,
                      allow_remote_embedding=backends.embedder.allow_remote_on_private,
-                     sharded=_sharding(config), search=backends.executor.search)
+                     cluster=_cluster(config), search=backends.executor.search)
     with ray_session(backends.executor):
         try:
             result = run_plan.recipe.run(ctx)
@@ -167,14 +165,13 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     return RunOutputs(synthetic, privacy, metrics_path, result, ledger)
 
 
-def _sharding(config: RunConfig) -> Callable[[PrivateDataset], Any] | None:
-    """How the run's voters are built on Ray workers, when the executor is ray."""
+def _cluster(config: RunConfig) -> Cluster | None:
+    """Where the run's private records are embedded and used, when the executor is ray."""
     backends = config.backends
     if backends.executor.name != "ray":
         return None
-    return functools.partial(shard_voters, embedder=backends.embedder,
-                             base_dir=config.base_dir, executor=backends.executor,
-                             allow_remote=backends.embedder.allow_remote_on_private)
+    return Cluster(backends.embedder, config.base_dir, backends.executor,
+                   backends.embedder.allow_remote_on_private)
 
 
 def _seeded(cfg: GeneratorConfig, seed: int) -> GeneratorConfig:

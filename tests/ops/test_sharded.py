@@ -1,9 +1,11 @@
-"""Voters sharded over Ray actors (`backends.executor: ray`) on a two-CPU cluster this module
-starts on the loopback: the same histograms and the same seeded releases as the local engine,
-nothing private in Ray's object store or its logs, and actors that die with the run."""
+"""Voters and PATE teachers sharded over Ray actors (`backends.executor: ray`) on a two-CPU
+cluster this module starts on the loopback: the same histograms, topics, teacher votes and
+seeded releases as the local engine, nothing private in Ray's object store or its logs, and
+actors that die with the run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -16,21 +18,31 @@ import yaml
 from dpsynth.backends import build_embedder
 from dpsynth.backends.config import EmbedderConfig, ExecutorConfig
 from dpsynth.backends.ray_cluster import init_options, ray_session
+from dpsynth.checkpoint import CheckpointStore
 from dpsynth.cli import main
 from dpsynth.data import PrivateDataset
 from dpsynth.errors import DpsynthError
+from dpsynth.methods.base import RunContext
+from dpsynth.methods.ctcl import Ctcl
 from dpsynth.ops import sharded
 from dpsynth.ops.nearest import private_voters
-from dpsynth.ops.sharded import ShardError, shard_voters
+from dpsynth.ops.pate import Teachers, train_teachers
+from dpsynth.ops.sharded import Cluster, ShardError
+from dpsynth.ops.topics import TopicModel
 from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram
-from dpsynth.privacy.noise import make_rng
+from dpsynth.privacy.noise import NoiseSource, make_rng
 from tests.methods.fakes import CANARY, VOCAB, RecordingGenerator, ticket_texts
+from tests.tiny_lm import one_torch_thread
 
 ray = pytest.importorskip("ray")
 EXECUTOR = ExecutorConfig(name="ray", workers=2, cpus_per_worker=0.5)
 LABELS = list(VOCAB)
+
+
+def on_ray(embedder_cfg: EmbedderConfig, executor: ExecutorConfig = EXECUTOR) -> Cluster:
+    return Cluster(embedder_cfg, None, executor, allow_remote=False)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +74,7 @@ def private() -> PrivateDataset:
 def both(cluster, private, embedder_cfg):
     """The local voters and sharded ones over the same records."""
     local = private_voters(private, private.embed(build_embedder(embedder_cfg)))
-    remote = shard_voters(private, embedder_cfg, None, EXECUTOR, allow_remote=False)
+    remote = on_ray(embedder_cfg).voters(private)
     yield local, remote
     remote.close()
 
@@ -77,7 +89,10 @@ def candidates(embedder_cfg):
 def _in_object_store() -> list:
     """The driver's objects Ray holds in its (spillable) object store rather than inline."""
     core = ray._private.worker.global_worker.core_worker
-    refs = [ray.ObjectRef(key) for key in core.get_all_reference_counts()]
+    # ids come as bytes, and as hex while a task's return is still pending
+    refs = [ray.ObjectRef(bytes.fromhex(key if isinstance(key, str) else key.decode())
+                          if len(key) == 56 else key)
+            for key in core.get_all_reference_counts()]
     located = ray.experimental.get_object_locations(refs) if refs else {}
     return [ref for ref, where in located.items() if where["node_ids"]]
 
@@ -122,10 +137,65 @@ def test_rows_come_from_the_shard_that_holds_them(both):
                                    rtol=1e-6)
 
 
+def test_sharded_nearest_is_the_local_nearest(both, candidates):
+    local, remote = both
+    np.testing.assert_array_equal(remote.nearest(candidates[0]), local.nearest(candidates[0]))
+
+
+def _driver_embeds(*args, **kwargs):
+    raise AssertionError("the driver embedded private records")
+
+
+def test_ctcl_topics_and_conditions_on_ray_are_the_local_ones(cluster, private, embedder_cfg,
+                                                              candidates, tmp_path,
+                                                              monkeypatch):
+    """The shards send back each record's topic: the same topics and the same seeded (label,
+    topic) histogram as a local run, and the driver embeds no private record."""
+    model = TopicModel(candidates[0][:6], [[f"topic{i}"] for i in range(6)])
+    recipe = Ctcl.from_config({"topic_model": str(model.save(tmp_path / "topics"))})
+    plan = recipe.budget_plan(private, 4.0, 1e-5)
+    answers = []
+    for where in (None, on_ray(embedder_cfg)):
+        if where is not None:  # the shards embed, in processes of their own
+            monkeypatch.setattr(PrivateDataset, "embed", _driver_embeds)
+        ctx = RunContext(private, PrivacyLedger(4.0, 1e-5), NoiseSource(3),
+                         build_embedder(embedder_cfg), RecordingGenerator(),
+                         CheckpointStore(tmp_path / str(where is None)), seed=0, plan=plan,
+                         cluster=where)
+        try:
+            answers.append(recipe.condition_distribution(ctx, plan))
+        finally:
+            ctx.close()
+    (topics, cells), (ray_topics, ray_cells) = answers
+    assert len(np.unique(topics)) > 2 and np.shape(cells) == (len(LABELS), 6)
+    np.testing.assert_array_equal(ray_topics, topics)
+    assert ray_cells == cells
+
+
+@pytest.mark.parametrize("n_records", [101, 1])
+def test_sharded_teachers_vote_as_the_local_ones(cluster, private, embedder_cfg, candidates,
+                                                 n_records):
+    """Each shard fits its partitions' teachers from the same rows as locally: the same
+    votes. With one record one shard holds all of it, and the other's teachers vote public."""
+    data = private.subset(range(n_records))
+    negatives, queries = candidates[0][:12], candidates[0][12:]
+    embedder = build_embedder(embedder_cfg)
+    local = Teachers(train_teachers(data, lambda d: d.embed(embedder), negatives, 7,
+                                    b"k" * 16, 0, labelled=True))
+    remote = on_ray(embedder_cfg).teachers(data, negatives, 7, b"k" * 16, 0, labelled=True)
+    try:
+        assert len(remote) == 7 and len(remote._actors) == min(2, n_records)
+        votes = remote.votes(queries, 1 + len(LABELS))
+        np.testing.assert_array_equal(votes, local.votes(queries, 1 + len(LABELS)))
+        assert (votes.sum(axis=1) == 7).all() and (votes[:, 1:].any() or n_records == 1)
+    finally:
+        remote.close()
+
+
 def test_nothing_private_is_stored_as_an_object(cluster, private, embedder_cfg, candidates,
                                                 monkeypatch):
     monkeypatch.setattr(sharded, "INLINE_BYTES", 512)  # many pieces each way
-    voters = shard_voters(private, embedder_cfg, None, EXECUTOR, allow_remote=False)
+    voters = on_ray(embedder_cfg).voters(private)
     try:
         assert _in_object_store() == []
         counts = voters.counts(np.repeat(candidates[0], 10, axis=0))  # 300 bins: 5 parts
@@ -133,18 +203,30 @@ def test_nothing_private_is_stored_as_an_object(cluster, private, embedder_cfg, 
         assert len(_in_object_store()) <= 1  # the public candidates at most
     finally:
         voters.close()
+    teachers = on_ray(embedder_cfg).teachers(private, candidates[0][:12], 7, b"k" * 16, 0,
+                                             labelled=True)
+    try:
+        assert len(_in_object_store()) <= 1  # the public negatives at most
+        votes = teachers.votes(np.repeat(candidates[0], 4, axis=0), 5)  # 600 cells: 10 parts
+        assert (votes.sum(axis=1) == 7).all()
+        assert len(_in_object_store()) <= 2  # and the public queries
+    finally:
+        teachers.close()
 
 
-def test_actors_die_with_the_run(cluster, private, embedder_cfg):
+@pytest.mark.parametrize("held", ["voters", "teachers"])
+def test_actors_die_with_the_run(cluster, private, embedder_cfg, candidates, held):
     """`ray.kill` is asynchronous: on a loaded machine a call sent just after `close` may
-    still be answered, but within seconds the actor, and the embeddings it held, are gone."""
-    voters = shard_voters(private, embedder_cfg, None, EXECUTOR, allow_remote=False)
-    actor = voters._actors[0]
-    voters.close()
+    still be answered, but within seconds the actor, and the embeddings or teachers it held,
+    are gone."""
+    shards = (on_ray(embedder_cfg).voters(private) if held == "voters" else
+              on_ray(embedder_cfg).teachers(private, candidates[0][:12], 3, b"k" * 16, 0))
+    actor = shards._actors[0]
+    shards.close()
     deadline = time.monotonic() + 30
     while True:
         try:
-            ray.get(actor.row.remote(0), timeout=30)
+            ray.get(actor.kept.remote(1), timeout=30)
         except ray.exceptions.RayActorError:
             break
         assert time.monotonic() < deadline, "the actor still answers 30 s after close"
@@ -161,10 +243,27 @@ def test_an_actor_error_names_its_type_not_its_message():
     assert CANARY not in str(caught.value)
 
 
-def test_a_run_on_ray_is_the_local_run_and_logs_no_private_text(cluster, tmp_path,
-                                                                public_file, monkeypatch):
-    """Same data, seed and seeded noise: the same synthetic set and spend; no worker log
-    holds a private text."""
+RUNS = {"pe": {"iterations": 2, "n_samples": 12},
+        "kd_tutor": {"n_output": 12, "n_negatives": 24, "teachers": 5, "n_queries": 16,
+                     "query_batch": 8},
+        "ctcl": {"n_output": 12, "steps": 2, "batch_size": 16, "max_length": 32}}
+
+
+@pytest.mark.parametrize("recipe", ["pe", "kd_tutor",
+                                    pytest.param("ctcl", marks=pytest.mark.slow)])
+def test_a_run_on_ray_is_the_local_run_and_logs_no_private_text(cluster, tmp_path, public_file,
+                                                                embedder_cfg, monkeypatch,
+                                                                request, recipe):
+    """Same data, seed and seeded noise: the same synthetic set and spend; the driver embeds
+    no private record, and no worker log holds a private text."""
+    params = dict(RUNS[recipe])
+    if recipe == "ctcl":  # the tiny LM, and a topic per label's words
+        pytest.importorskip("opacus")
+        params["model"] = str(request.getfixturevalue("tiny_lm"))
+        topics = [" ".join(words) for words in VOCAB.values()]
+        params["topic_model"] = str(TopicModel(
+            build_embedder(embedder_cfg).encode(topics), [t.split()[:2] for t in topics]
+        ).save(tmp_path / "topics"))
     texts, labels = ticket_texts(120)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
@@ -172,15 +271,18 @@ def test_a_run_on_ray_is_the_local_run_and_logs_no_private_text(cluster, tmp_pat
                         lambda *a, **k: RecordingGenerator())
     outputs = {}
     for name in ("local", "ray"):
+        if name == "ray":
+            monkeypatch.setattr(PrivateDataset, "embed", _driver_embeds)
         raw = {"data": {"path": "private.csv", "label_column": "label", "labels": LABELS},
                "budget": {"epsilon": 2.0, "noise": "seeded_not_private"},
-               "recipe": {"name": "pe", "params": {"iterations": 2, "n_samples": 12}},
+               "recipe": {"name": recipe, "params": params},
                "backends": {"embedder": {"name": "tfidf", "fit_texts": str(public_file),
                                          "dim": 16},
                             "executor": {"name": name, "cpus_per_worker": 0.5}},
                "output": {"dir": str(tmp_path / name)}, "seed": 11}
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(raw))
-        main(["run", str(tmp_path / f"{name}.yaml")])
+        with one_torch_thread() if recipe == "ctcl" else contextlib.nullcontext():
+            main(["run", str(tmp_path / f"{name}.yaml")])
         outputs[name] = pd.read_csv(tmp_path / name / "synthetic.csv")
     pd.testing.assert_frame_equal(outputs["local"], outputs["ray"])
     spent = [json.loads((tmp_path / n / "privacy.json").read_text())["spent"]["epsilon"]
@@ -196,7 +298,7 @@ def test_a_run_on_ray_is_the_local_run_and_logs_no_private_text(cluster, tmp_pat
 def test_shards_the_cluster_cannot_hold_are_refused_not_awaited(cluster, private,
                                                                   embedder_cfg):
     with pytest.raises(DpsynthError, match="workers"):
-        shard_voters(private.subset([0]), embedder_cfg, None, EXECUTOR, allow_remote=False)
+        on_ray(embedder_cfg).voters(private.subset([0]))
     with pytest.raises(DpsynthError, match="need 9 CPUs"):
-        shard_voters(private, embedder_cfg, None, EXECUTOR.model_copy(update={"workers": 9,
-                     "cpus_per_worker": 1.0}), allow_remote=False)
+        on_ray(embedder_cfg, EXECUTOR.model_copy(update={"workers": 9, "cpus_per_worker": 1.0})
+               ).voters(private)

@@ -172,7 +172,8 @@ class GeneratorConfig(BaseModel):
 
 
 class ExecutorConfig(BaseModel):
-    """Where the private records are embedded and vote (docs/backends.md#executor)."""
+    """Where the private records are embedded and used: votes, ctcl's topics, kd_tutor's
+    teachers (docs/backends.md#executor)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -183,7 +184,8 @@ class ExecutorConfig(BaseModel):
         "'ray://host:10001' joins a remote one through Ray Client"
     )
     workers: int = Field(2, gt=0, description="ray: shards of the private set, one actor "
-                         "each, holding its shard's embeddings in memory for the run")
+                         "each, holding its shard's embeddings (kd_tutor: its teachers) in "
+                         "memory while the recipe uses them")
     cpus_per_worker: float = Field(1.0, gt=0, description="ray: CPUs each actor reserves")
     search: Literal["exact", "hnsw", "ivf"] = Field(
         "exact", description="how a vote finds each private record's nearest candidate: "

@@ -21,6 +21,8 @@ from dpsynth.checkpoint import CheckpointStore
 from dpsynth.data import PrivateDataset
 from dpsynth.errors import ConfigError
 from dpsynth.ops.nearest import Voters, private_voters
+from dpsynth.ops.pate import Teachers, train_teachers
+from dpsynth.ops.sharded import Cluster, ShardedTeachers
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
@@ -65,9 +67,10 @@ class RunContext:
     `generator` already asks by these names; a recipe that conditions a model of its own
     (ctcl, dpft) names its labels with `label_name`."""
 
-    sharded: Callable[[PrivateDataset], Voters] | None = None
-    """Builds the voters on a Ray cluster's workers (`backends.executor: ray`;
-    `dpsynth.ops.sharded`); None: embedded here, by `embed_private`."""
+    cluster: Cluster | None = None
+    """The Ray cluster's workers that embed and hold the private records (`backends.executor:
+    ray`; `dpsynth.ops.sharded`), for voters and PATE teachers; None: embedded here, by
+    `embed_private`."""
 
     search: str = "exact"
     """`backends.executor.search`: how the voters find each record's nearest candidate."""
@@ -105,13 +108,25 @@ class RunContext:
     def voters(self) -> Voters:
         """The private records as nearest-neighbour voters, embedded once per run."""
         if self._voters is None:
-            self._voters = (self.sharded(self.private) if self.sharded is not None
+            self._voters = (self.cluster.voters(self.private) if self.cluster is not None
                             else private_voters(self.private, self.embed_private(),
                                                 self.search))
         return self._voters
 
+    def teachers(self, negatives: np.ndarray, n_teachers: int, key: bytes,
+                 labelled: bool) -> Teachers | ShardedTeachers:
+        """PATE teachers of the private units against the public `negatives`
+        (`dpsynth.ops.pate`), fit where the private embeddings are: here, or on the cluster's
+        workers. The caller closes them once it has asked its queries."""
+        if self.cluster is not None:
+            return self.cluster.teachers(self.private, negatives, n_teachers, key, self.seed,
+                                         labelled)
+        return Teachers(train_teachers(self.private, self.embed_private, negatives, n_teachers,
+                                       key, self.seed, labelled))
+
     def close(self) -> None:
-        """Free the voters (sharded ones stop their actors) at the end of the run."""
+        """Free the voters (sharded ones stop their actors): at the end of the run, or
+        earlier, by a recipe done with them."""
         if self._voters is not None:
             self._voters.close()
             self._voters = None

@@ -127,6 +127,7 @@ class Ctcl(Recipe):
         if state["trained_steps"] < self.params.steps:
             if ctx.resumed is not None:
                 assigned = self._assigned_topics(ctx)
+            ctx.close()  # the private embeddings (or the shards that hold them) are done
             self._train(ctx, plan, state, assigned)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
@@ -153,15 +154,16 @@ class Ctcl(Recipe):
                                ) -> tuple[np.ndarray | None, list[list[float]]]:
         """Each record's nearest topic (private: it feeds training only) and the DP
         distribution over conditions: one row per label (one row without labels), one column
-        per topic (one column without topics)."""
+        per topic (one column without topics). The topics are found where the private
+        embeddings are: here, or on the Ray cluster's workers, which send back topics only."""
         assigned, noisy = dp_condition_histogram(
-            ctx.private, ctx.embed_private(), self.topic_model,
+            ctx.private, ctx.voters(), self.topic_model,
             plan.stage("topic_histogram").mechanism, ctx.ledger, ctx.noise)
         return assigned, to_distribution(noisy.ravel()).reshape(noisy.shape).tolist()
 
     def _assigned_topics(self, ctx: RunContext) -> np.ndarray | None:
         """The records' topics again on resume: private, so recomputed, never checkpointed."""
-        return self.topic_model.assign(ctx.embed_private()) if self.uses_topics else None
+        return ctx.voters().nearest(self.topic_model.centroids) if self.uses_topics else None
 
     def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict,
                assigned: np.ndarray | None) -> None:

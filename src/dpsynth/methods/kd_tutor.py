@@ -29,7 +29,8 @@ from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import dp_label_distribution
-from dpsynth.ops.pate import label_within_budget, train_classifier, train_teachers
+from dpsynth.ops.pate import Teachers, label_within_budget, train_classifier
+from dpsynth.ops.sharded import ShardedTeachers
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,10 @@ class KdTutor(Recipe):
         ranked = np.arange(p.n_negatives, len(texts))
 
         teachers = self._teachers(ctx, embeddings[: p.n_negatives])
-        queried, votes = self._query(ctx, plan, teachers, embeddings, ranked)
+        try:
+            queried, votes = self._query(ctx, plan, teachers, embeddings, ranked)
+        finally:
+            teachers.close()  # sharded teachers' actors stop, with what they learnt
         proba = self._student(ctx, embeddings[queried], votes, embeddings[ranked])
         ctx.report({"student_queries": len(queried),
                     "noisy_private_votes": int(np.count_nonzero(votes)),
@@ -139,16 +143,17 @@ class KdTutor(Recipe):
         return dp_label_distribution(ctx.private, plan.stage("tutor").mechanism, ctx.ledger,
                                      ctx.noise, stage="tutor")
 
-    def _teachers(self, ctx: RunContext, negatives: np.ndarray) -> list:
-        """M discriminators, each on its partition of the private units (kd-tutor §3.4)."""
-        return train_teachers(ctx.private, ctx.embed_private, negatives, self.params.teachers,
-                              ctx.noise.random_key(), ctx.seed, self._labelled(ctx.private))
+    def _teachers(self, ctx: RunContext, negatives: np.ndarray) -> Teachers | ShardedTeachers:
+        """M discriminators, each on its partition of the private units (kd-tutor §3.4), fit
+        where the private embeddings are (here, or on the Ray cluster's workers)."""
+        return ctx.teachers(negatives, self.params.teachers, ctx.noise.random_key(),
+                            self._labelled(ctx.private))
 
     def _classes(self, private: PrivateDataset) -> int:
         """Vote classes: public and private, or public and each private label."""
         return 1 + len(private.label_names) if self._labelled(private) else 2
 
-    def _query(self, ctx: RunContext, plan: BudgetPlan, teachers: list,
+    def _query(self, ctx: RunContext, plan: BudgetPlan, teachers: Teachers | ShardedTeachers,
                embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Label candidates by noisy teacher votes, batch by batch, until the planned number
         of queries is reached or the next batch would exceed the budget."""

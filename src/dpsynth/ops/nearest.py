@@ -272,11 +272,15 @@ class Voters:
         of them, cast in the cell of the voter's own label (bin `candidate·n_labels +
         label`), so that the votes, not the generator, say which label a candidate is."""
         if n_labels is not None:
-            return labelled_cells(nearest_indices(self.embeddings, candidates, self.search),
-                                  self.labels, n_labels)
+            return labelled_cells(self.nearest(candidates), self.labels, n_labels)
         targets = grouped_nearest(self.embeddings, self.labels, candidates, candidate_groups,
                                   self.search)
         return targets[targets >= 0]
+
+    def nearest(self, candidates: np.ndarray) -> np.ndarray:
+        """Each voter's nearest candidate over all of them, in record order: private, for an
+        op that needs each record's own answer (ctcl's topic of each record)."""
+        return nearest_indices(self.embeddings, candidates, self.search)
 
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
                n_labels: int | None = None) -> np.ndarray:

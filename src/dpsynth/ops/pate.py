@@ -4,14 +4,16 @@ and the noisy aggregate of their votes. Class 0 is "public"; a binary teacher's 
 
 Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
 list: adding or removing a unit then changes one teacher only, which is what bounds the
-aggregate's sensitivity.
+aggregate's sensitivity. On a Ray cluster (`dpsynth.ops.sharded.Cluster.teachers`) each
+worker holds whole partitions and fits their teachers by the same `fit_teachers`; only the
+vote counts come back, to be summed and released here.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -37,14 +39,11 @@ def train_classifier(x: np.ndarray, y: np.ndarray, seed: int) -> LogisticRegress
     return model.fit(x, y)
 
 
-def train_teachers(private: PrivateDataset,
-                   embed: Callable[[PrivateDataset], np.ndarray], negatives: np.ndarray,
-                   n_teachers: int, key: bytes, seed: int, labelled: bool = False) -> list:
-    """`n_teachers` classifiers of private records against the public `negatives` (class 0),
-    teacher m on partition m of the private units (each unit hashed by its own texts, so a new
-    unit moves one teacher). A private record is class 1, or with `labelled` class 1 + its
-    label. A unit's repeated texts count once; `embed` embeds private records (the run's
-    private path)."""
+def teacher_partitions(private: PrivateDataset, n_teachers: int, key: bytes,
+                       labelled: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The records the teachers learn from, each one's teacher and each one's class: a unit's
+    repeated texts count once; a unit's teacher is a keyed hash of its own texts, so a new unit
+    moves one teacher; a record is class 1, or with `labelled` class 1 + its label."""
     texts = private.texts(Access.LEDGERED_OP)
     keep = first_per_unit(texts, private.unit_ids())
     classes = (1 + private.label_codes(Access.LEDGERED_OP)[keep] if labelled
@@ -56,12 +55,30 @@ def train_teachers(private: PrivateDataset,
     ids = sorted(unit_texts)
     hashed = partition_units(["\n".join(sorted(unit_texts[u])) for u in ids], n_teachers, key)
     part_of_unit = dict(zip(ids, hashed.tolist(), strict=True))
-    parts = np.array([part_of_unit[int(u)] for u in units])
-    private_emb = embed(private.subset(keep))
-    return [train_classifier(np.vstack([private_emb[parts == m], negatives]),
+    return keep, np.array([part_of_unit[int(u)] for u in units], dtype=np.int64), classes
+
+
+def fit_teachers(embeddings: np.ndarray, parts: np.ndarray, classes: np.ndarray,
+                 negatives: np.ndarray, teachers: Iterable[int], seed: int) -> list:
+    """Teacher m, for each m of `teachers`: its partition's records (rows of `embeddings`,
+    `parts` == m) against the public `negatives` (class 0). Wherever the embeddings are (here
+    or on a Ray worker holding whole partitions), teacher m is fit on the same rows in the
+    same order."""
+    return [train_classifier(np.vstack([embeddings[parts == m], negatives]),
                              np.r_[classes[parts == m], np.zeros(len(negatives), np.int64)],
                              seed + m)
-            if (parts == m).any() else _AlwaysPublic() for m in range(n_teachers)]
+            if (parts == m).any() else _AlwaysPublic() for m in teachers]
+
+
+def train_teachers(private: PrivateDataset,
+                   embed: Callable[[PrivateDataset], np.ndarray], negatives: np.ndarray,
+                   n_teachers: int, key: bytes, seed: int, labelled: bool = False) -> list:
+    """`n_teachers` classifiers of private records against the public `negatives`, teacher m
+    on partition m of the private units (`teacher_partitions`); `embed` embeds private
+    records (the run's private path)."""
+    keep, parts, classes = teacher_partitions(private, n_teachers, key, labelled)
+    return fit_teachers(embed(private.subset(keep)), parts, classes, negatives,
+                        range(n_teachers), seed)
 
 
 def first_per_unit(texts: list[str], units: np.ndarray) -> np.ndarray:
@@ -97,6 +114,28 @@ def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray,
     return counts
 
 
+@dataclass(frozen=True, eq=False)
+class Teachers:
+    """Teachers trained here (`train_teachers`), as `label_within_budget` asks them: votes
+    per query and class. On a Ray cluster `dpsynth.ops.sharded.ShardedTeachers` answers the
+    same from the workers that hold the embeddings."""
+
+    models: list
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def votes(self, queries: np.ndarray, n_classes: int = 2) -> np.ndarray:
+        return teacher_votes(self.models, queries, n_classes)
+
+    def close(self) -> None:
+        """Nothing to free (sharded teachers stop their actors here)."""
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise TypeError("teachers of private records must not reach a checkpoint, cache or "
+                        "worker")
+
+
 def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
                  noise: NoiseSource, stage: str = "student_queries") -> np.ndarray:
     """Release the argmax of each noisy vote vector (the class index). The mechanism covers
@@ -109,7 +148,7 @@ def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: Priva
     return np.argmax(noisy, axis=1)
 
 
-def label_within_budget(teachers: Sequence[LogisticRegression], queries: np.ndarray,
+def label_within_budget(teachers: Teachers, queries: np.ndarray,
                         per_query: Gaussian | Laplace, batch: int, ledger: PrivacyLedger,
                         noise: NoiseSource, n_classes: int = 2,
                         stage: str = "student_queries") -> np.ndarray:
@@ -125,7 +164,7 @@ def label_within_budget(teachers: Sequence[LogisticRegression], queries: np.ndar
             size //= 2
         if size == 0:
             break
-        votes = teacher_votes(teachers, queries[len(labels): len(labels) + size], n_classes)
+        votes = teachers.votes(queries[len(labels): len(labels) + size], n_classes)
         labels += noisy_argmax(votes, _batch(per_query, size), ledger, noise, stage).tolist()
     return np.asarray(labels, dtype=np.int64)
 

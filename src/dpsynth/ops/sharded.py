@@ -1,4 +1,4 @@
-"""Private voters sharded over Ray actors (`backends.executor: {name: ray}`).
+"""Private voters and PATE teachers sharded over Ray actors (`backends.executor: {name: ray}`).
 
 Each actor takes one block of the private records, embeds it once and keeps the embeddings in
 its memory for the run, so no iteration embeds again and the driver never holds them. A
@@ -10,13 +10,23 @@ actor the public candidates; the actor answers with its block's un-noised intege
 and the driver sums the blocks' histograms into the very histogram the local engine counts
 (on a cluster of like nodes), before the one noisy release. Subsampled votes draw their
 Poisson sample on the driver, over all votes in record order as locally, and send each actor
-the draws of its records' votes: same noise state, same answer.
+the draws of its records' votes: same noise state, same answer. Where an op needs each
+record's nearest candidate itself (ctcl's topic of each record), the shards send their votes
+back, small integers, and the driver puts them in record order (`ShardedVoters.nearest`).
 
-Nothing private enters Ray's object store, which may spill to disk: texts, labels and samples
-go to an actor, and histograms come back, in messages of at most INLINE_BYTES, which Ray
-passes inside the task's RPC rather than as stored objects (its limit is 100 KiB). Only the
-public candidates are `ray.put`. Actor errors carry their type, never a message that could
-quote a record, so no private text reaches a Ray log either.
+PATE teachers (kd_tutor) are sharded by teacher instead (`Cluster.teachers`): a unit's
+teacher is a keyed hash of its own texts, and a shard holds whole teachers' partitions, so a
+unit joining moves no other unit between shards, and each teacher is fit on one worker from
+the same rows as locally. A shard fits its teachers on the public negatives, then answers each
+query batch with its teachers' un-noised vote counts; the driver sums them before the one
+noisy release per batch.
+
+Nothing private enters Ray's object store, which may spill to disk: texts, labels, classes and
+samples go to an actor, and histograms, votes and vote counts come back, in messages of at
+most INLINE_BYTES, which Ray passes inside the task's RPC rather than as stored objects (its
+limit is 100 KiB). Only public arrays (candidates, negatives, queries) are `ray.put`. Actor
+errors carry their type, never a message that could quote a record, so no private text
+reaches a Ray log either.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +45,7 @@ from dpsynth.data import Access, PrivateDataset
 from dpsynth.data.bounding import record_rank
 from dpsynth.errors import DpsynthError
 from dpsynth.ops.nearest import Voters
+from dpsynth.ops.pate import fit_teachers, teacher_partitions, teacher_votes
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +73,7 @@ def _quiet(method: Callable[..., Any]) -> Callable[..., Any]:
 
 class Shard:
     """One block of private records on a Ray worker: built from public config only, fed its
-    records in inline pieces, then asked for votes."""
+    records in inline pieces, then asked for votes, or to fit and ask teachers."""
 
     def __init__(self, embedder: EmbedderConfig, base_dir: Path | None,
                  allow_remote: bool, search: str) -> None:
@@ -71,6 +83,7 @@ class Shard:
         self._inbox: dict[str, list[np.ndarray]] = {}
         self._voters: Voters | None = None
         self._votes = np.zeros(0, dtype=np.int64)
+        self._teachers: list = []
 
     @_quiet
     def put(self, name: str, piece: np.ndarray) -> None:
@@ -105,8 +118,27 @@ class Shard:
         votes = self._votes
         if "keep" in self._inbox:
             votes = votes[np.unpackbits(self._take("keep"), count=len(votes)).astype(bool)]
-        counts = np.array_split(np.bincount(votes, minlength=n_bins), parts)
-        return counts[0] if parts == 1 else tuple(counts)
+        return _split(np.bincount(votes, minlength=n_bins), parts)
+
+    @_quiet
+    def kept(self, parts: int) -> Any:
+        """The kept votes themselves, in `parts` slices."""
+        return _split(self._votes, parts)
+
+    @_quiet
+    def fit(self, negatives: np.ndarray, teachers: list[int], seed: int) -> int:
+        """Fit `teachers` on this shard's partitions (`pate.fit_teachers`, as locally) and
+        drop the embeddings: the queries need the teachers only."""
+        assert self._voters is not None
+        self._teachers = fit_teachers(self._voters.embeddings, self._take("teachers"),
+                                      self._take("classes"), negatives, teachers, seed)
+        self._voters = None
+        return len(self._teachers)
+
+    @_quiet
+    def teach(self, queries: np.ndarray, n_classes: int, parts: int) -> Any:
+        """This shard's teachers' un-noised votes per query and class, flat, in `parts`."""
+        return _split(teacher_votes(self._teachers, queries, n_classes).ravel(), parts)
 
     @_quiet
     def row(self, index: int) -> np.ndarray:
@@ -149,6 +181,10 @@ class ShardedVoters:
             raise DpsynthError("the shards cast other votes than their records hold")
         return ShardVotes(self, places)
 
+    def nearest(self, candidates: np.ndarray) -> np.ndarray:
+        """Each record's nearest candidate, in record order, as `Voters.nearest`."""
+        return self.votes(candidates).gathered()
+
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,
                n_labels: int | None = None) -> np.ndarray:
         return self.votes(candidates, candidate_groups, n_labels).histogram(
@@ -156,8 +192,7 @@ class ShardedVoters:
 
     def close(self) -> None:
         """Stop the actors: their embeddings go with them."""
-        for actor in self._actors:
-            self._ray.kill(actor)
+        _stop(self._ray, self._actors)
         self._actors = []
 
 
@@ -173,14 +208,22 @@ class ShardVotes:
 
     def histogram(self, keep: np.ndarray | None, n_bins: int) -> np.ndarray:
         ray, actors = self._voters._ray, self._voters._actors
-        parts = max(1, -(-n_bins * 8 // INLINE_BYTES))
         answers = []
         for actor, places in zip(actors, self._places, strict=True):
             if keep is not None:
                 _send(actor, "keep", np.packbits(keep[places]))
-            answers.append(actor.histogram.options(num_returns=parts).remote(n_bins, parts))
-        blocks = [np.concatenate(ray.get(a)) if parts > 1 else ray.get(a) for a in answers]
-        return np.sum(blocks, axis=0, dtype=np.int64)
+            answers.append(_ask(actor.histogram, _parts(n_bins), n_bins))
+        return np.sum([_receive(ray, a) for a in answers], axis=0, dtype=np.int64)
+
+    def gathered(self) -> np.ndarray:
+        """The votes themselves, in the order of all votes (record order, where all vote)."""
+        ray, actors = self._voters._ray, self._voters._actors
+        answers = [_ask(actor.kept, _parts(len(places)))
+                   for actor, places in zip(actors, self._places, strict=True)]
+        out = np.empty(len(self), dtype=np.int64)
+        for places, answer in zip(self._places, answers, strict=True):
+            out[places] = _receive(ray, answer)
+        return out
 
 
 class _Rows:
@@ -198,40 +241,126 @@ class _Rows:
         raise IndexError(f"record {index} is in no shard")
 
 
-def shard_voters(private: PrivateDataset, embedder: EmbedderConfig, base_dir: Path | None,
-                 executor: ExecutorConfig, allow_remote: bool) -> ShardedVoters:
-    """Start one actor per block of the private records (on the connected Ray cluster), send
-    each its block inline, and have all of them embed at once."""
-    from dpsynth.backends.ray_cluster import import_ray
+class ShardedTeachers:
+    """The driver's handle on teachers fit by the shards; answers what `pate.Teachers`
+    answers. Teachers no shard holds (their partitions, and their shard, are empty) vote
+    public, as an empty partition's teacher does locally."""
 
-    if private.n_records < executor.workers:
-        raise DpsynthError(f"backends.executor.workers: {executor.workers} shards for "
-                           f"{private.n_records} records; use fewer workers")
-    ray = import_ray()
-    wanted, cpus = executor.workers * executor.cpus_per_worker, ray.cluster_resources()
-    if cpus.get("CPU", 0.0) < wanted:  # the actors would wait for CPUs forever
-        raise DpsynthError(f"backends.executor: {executor.workers} workers of "
-                           f"{executor.cpus_per_worker:g} CPU need {wanted:g} CPUs; the "
-                           f"cluster has {cpus.get('CPU', 0.0):g}")
-    if ray.available_resources().get("CPU", 0.0) < wanted:
-        log.warning("ray: waiting for %g free CPUs for the private shards", wanted)
-    actor_class = ray.remote(num_cpus=executor.cpus_per_worker, max_restarts=0)(Shard)
-    texts = private.texts(Access.LOCAL_EMBEDDING)
-    labels = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
-    blocks = [block for block in shard_blocks(texts, executor.workers) if len(block)]
-    actors = []
-    for block in blocks:
-        actor = actor_class.remote(embedder.model_copy(update={"cache": None}), base_dir,
-                                   allow_remote, executor.search)
-        encoded = [texts[i].encode("utf-8") for i in block]
-        _send(actor, "texts", np.frombuffer(b"".join(encoded), dtype=np.uint8))
-        _send(actor, "ends", np.cumsum([len(t) for t in encoded], dtype=np.int64))
-        if labels is not None:
-            _send(actor, "labels", labels[block])
-        actors.append(actor)
-    if ray.get([actor.embed.remote() for actor in actors]) != [len(b) for b in blocks]:
-        raise DpsynthError("the shards embedded other records than they were sent")
-    return ShardedVoters(ray, actors, blocks, labels)
+    def __init__(self, ray: Any, actors: list[Any], n_teachers: int) -> None:
+        self._ray, self._actors, self._n_teachers = ray, actors, n_teachers
+        self._idle = n_teachers
+
+    def __len__(self) -> int:
+        return self._n_teachers
+
+    def __repr__(self) -> str:
+        return f"ShardedTeachers(teachers={self._n_teachers}, shards={len(self._actors)})"
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise TypeError("teachers of private records must not reach a checkpoint, cache or "
+                        "worker")
+
+    def fit(self, negatives: np.ndarray, teachers: list[list[int]], seed: int) -> None:
+        """Have each shard fit its `teachers` (its partitions') on the public negatives."""
+        ref = self._ray.put(np.ascontiguousarray(negatives))  # public: may be stored
+        fitted = self._ray.get([actor.fit.remote(ref, mine, seed)
+                                for actor, mine in zip(self._actors, teachers, strict=True)])
+        if fitted != [len(mine) for mine in teachers]:
+            raise DpsynthError("the shards fit other teachers than they were asked for")
+        self._idle = self._n_teachers - sum(fitted)
+
+    def votes(self, queries: np.ndarray, n_classes: int = 2) -> np.ndarray:
+        """Vote counts per query and class: the sum of the shards' un-noised counts."""
+        ref = self._ray.put(np.ascontiguousarray(queries))  # public: may be stored
+        cells = len(queries) * n_classes
+        answers = [_ask(actor.teach, _parts(cells), ref, n_classes) for actor in self._actors]
+        counts = np.zeros(cells, dtype=np.int64)
+        for answer in answers:
+            counts += _receive(self._ray, answer)
+        counts = counts.reshape(len(queries), n_classes)
+        counts[:, 0] += self._idle
+        return counts
+
+    def close(self) -> None:
+        """Stop the actors: the teachers and what they learnt go with them."""
+        _stop(self._ray, self._actors)
+        self._actors = []
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where a run's private records are embedded and used with `backends.executor: ray`:
+    public config only, handed to each actor to build its embedder."""
+
+    embedder: EmbedderConfig
+    base_dir: Path | None
+    executor: ExecutorConfig
+    allow_remote: bool
+
+    def voters(self, private: PrivateDataset) -> ShardedVoters:
+        """One actor per block of the private records (blocks by digest, `shard_blocks`),
+        each holding its block's embeddings for votes."""
+        if private.n_records < self.executor.workers:
+            raise DpsynthError(f"backends.executor.workers: {self.executor.workers} shards "
+                               f"for {private.n_records} records; use fewer workers")
+        texts = private.texts(Access.LOCAL_EMBEDDING)
+        labels = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
+        blocks = [block for block in shard_blocks(texts, self.executor.workers) if len(block)]
+        ray, actors = self._start(texts, blocks, {} if labels is None else {"labels": labels})
+        return ShardedVoters(ray, actors, blocks, labels)
+
+    def teachers(self, private: PrivateDataset, negatives: np.ndarray, n_teachers: int,
+                 key: bytes, seed: int, labelled: bool = False) -> ShardedTeachers:
+        """`pate.train_teachers` on the cluster: teacher m's partition goes whole to shard
+        m mod `workers`, whose actor embeds it and fits teacher m; a shard without records
+        starts no actor."""
+        keep, parts, classes = teacher_partitions(private, n_teachers, key, labelled)
+        texts = private.subset(keep).texts(Access.LOCAL_EMBEDDING)
+        workers = self.executor.workers
+        held = [s for s in range(workers) if (parts % workers == s).any()]
+        blocks = [np.flatnonzero(parts % workers == s) for s in held]
+        ray, actors = self._start(texts, blocks, {"teachers": parts, "classes": classes})
+        teachers = ShardedTeachers(ray, actors, n_teachers)
+        try:
+            teachers.fit(negatives, [list(range(s, n_teachers, workers)) for s in held], seed)
+        except BaseException:
+            teachers.close()
+            raise
+        return teachers
+
+    def _start(self, texts: list[str], blocks: list[np.ndarray],
+               per_record: dict[str, np.ndarray]) -> tuple[Any, list[Any]]:
+        """Start one actor per block (on the connected Ray cluster), send each its records'
+        texts and `per_record` arrays inline, and have all of them embed at once."""
+        from dpsynth.backends.ray_cluster import import_ray
+
+        executor = self.executor
+        ray = import_ray()
+        wanted, cpus = executor.workers * executor.cpus_per_worker, ray.cluster_resources()
+        if cpus.get("CPU", 0.0) < wanted:  # the actors would wait for CPUs forever
+            raise DpsynthError(f"backends.executor: {executor.workers} workers of "
+                               f"{executor.cpus_per_worker:g} CPU need {wanted:g} CPUs; the "
+                               f"cluster has {cpus.get('CPU', 0.0):g}")
+        if ray.available_resources().get("CPU", 0.0) < wanted:
+            log.warning("ray: waiting for %g free CPUs for the private shards", wanted)
+        actor_class = ray.remote(num_cpus=executor.cpus_per_worker, max_restarts=0)(Shard)
+        actors = []
+        try:
+            for block in blocks:
+                actor = actor_class.remote(self.embedder.model_copy(update={"cache": None}),
+                                           self.base_dir, self.allow_remote, executor.search)
+                actors.append(actor)
+                encoded = [texts[i].encode("utf-8") for i in block]
+                _send(actor, "texts", np.frombuffer(b"".join(encoded), dtype=np.uint8))
+                _send(actor, "ends", np.cumsum([len(t) for t in encoded], dtype=np.int64))
+                for name, values in per_record.items():
+                    _send(actor, name, values[block])
+            if ray.get([actor.embed.remote() for actor in actors]) != [len(b) for b in blocks]:
+                raise DpsynthError("the shards embedded other records than they were sent")
+        except BaseException:
+            _stop(ray, actors)
+            raise
+        return ray, actors
 
 
 def shard_blocks(texts: list[str], workers: int) -> list[np.ndarray]:
@@ -241,6 +370,12 @@ def shard_blocks(texts: list[str], workers: int) -> list[np.ndarray]:
     shard = np.fromiter((record_rank(t) % workers for t in texts), dtype=np.int64,
                         count=len(texts))
     return [np.flatnonzero(shard == s) for s in range(workers)]
+
+
+def _stop(ray: Any, actors: list[Any]) -> None:
+    """Kill the actors, and with them what they hold."""
+    for actor in actors:
+        ray.kill(actor)
 
 
 def _send(actor: Any, name: str, array: np.ndarray) -> None:
@@ -253,3 +388,24 @@ def _pieces(array: np.ndarray) -> Iterator[np.ndarray]:
     step = max(1, INLINE_BYTES // array.itemsize)
     for start in range(0, max(len(array), 1), step):
         yield array[start : start + step]
+
+
+def _parts(n_values: int) -> int:
+    """How many inline pieces an actor answers `n_values` 64-bit integers in."""
+    return max(1, -(-n_values * 8 // INLINE_BYTES))
+
+
+def _split(values: np.ndarray, parts: int) -> Any:
+    """An actor's answer in `parts` pieces (one return value each; `_receive` joins them)."""
+    pieces = np.array_split(values, parts)
+    return pieces[0] if parts == 1 else tuple(pieces)
+
+
+def _ask(method: Any, parts: int, *args: Any) -> Any:
+    """Call an actor method that answers in `parts` pieces (its last argument)."""
+    return method.options(num_returns=parts).remote(*args, parts)
+
+
+def _receive(ray: Any, answer: Any) -> np.ndarray:
+    got = ray.get(answer)
+    return np.concatenate(got) if isinstance(got, list) else got
