@@ -20,3 +20,10 @@ def test_a_private_dataset_cannot_be_checkpointed(tmp_path):
         store.save(1, {"data": PrivateDataset(["secret"])})
     assert store.latest() is None
     assert not list(tmp_path.iterdir())
+
+
+def test_the_latest_checkpoint_is_the_highest_step_not_the_last_name(tmp_path):
+    store = CheckpointStore(tmp_path)
+    for step in (99_950, 100_000, 7):
+        store.save(step, {"step": step})
+    assert store.latest() == (100_000, {"step": 100_000})

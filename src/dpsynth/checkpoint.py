@@ -32,9 +32,11 @@ class CheckpointStore:
         return target
 
     def latest(self) -> tuple[int, dict[str, Any]] | None:
-        """The latest (step, state), or None when nothing was saved."""
-        files = sorted(self.folder.glob(f"{_PREFIX}*.json"))
-        if not files:
+        """The latest (step, state), or None when nothing was saved. Latest by number, not by
+        name: `step-100000` sorts before `step-99950` as text."""
+        files = self.folder.glob(f"{_PREFIX}*.json")
+        newest = max(files, key=lambda f: int(f.stem[len(_PREFIX):]), default=None)
+        if newest is None:
             return None
-        payload = json.loads(files[-1].read_text(encoding="utf-8"))
+        payload = json.loads(newest.read_text(encoding="utf-8"))
         return int(payload["step"]), payload["state"]

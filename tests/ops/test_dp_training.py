@@ -115,9 +115,112 @@ def test_resuming_without_the_saved_state_is_a_clear_error(tmp_path):
     from dpsynth.ops.training_state import TrainingCheckpoints
 
     checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None, resume_step=4)
-    model = tiny_model()
     with pytest.raises(FileNotFoundError, match="step-000004"):
-        checkpoints.load(model, torch.optim.AdamW(model.parameters()))
+        checkpoints.recover()
+
+
+def _journaled_ledger(journal, resume_from):
+    """The ledger a resumed run gets (as `synthesis` rebuilds it): every journaled charge on
+    it, those after the recipe's checkpoint expected again in order."""
+    from dpsynth.privacy.ledger import Journaled
+
+    ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2, charges=list(journal),
+                           on_charge=journal.append)
+    ledger.replay([Journaled(i, c) for i, c in enumerate(journal) if i >= resume_from])
+    return ledger
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_a_state_written_but_not_committed_is_adopted_not_drawn_again(tmp_path, seeded):
+    """Killed after the state for step 4 is on disk but before the recipe's checkpoint names
+    it: those weights are a draw of steps 2-3, so the resumed run must carry on from them
+    (charging each step once) rather than draw steps 2-3 again under the same charges."""
+    import secrets
+
+    from safetensors.torch import load_file
+
+    from dpsynth.ops.training_state import TrainingCheckpoints
+    from dpsynth.privacy.noise import NoiseSource
+
+    config = DpTraining(steps=6, sampling_rate=0.25, noise_multiplier=0.5,
+                        learning_rate=5e-3, max_length=12)
+
+    def train(folder, ledger, noise, committed, resume_step=0):
+        key = noise.random_key if seeded else (lambda: secrets.token_bytes(16))
+        return dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
+                           step_event(0.5, 0.25), key,
+                           TrainingCheckpoints(folder, 2, committed, resume_step))
+
+    noise, states, journal = NoiseSource(7), {}, []
+
+    def kill_before_committing_four(step):
+        if step == 4:
+            raise _Killed
+        states[step] = noise.state_dict()
+
+    with pytest.raises(_Killed):
+        train(tmp_path, PrivacyLedger(50.0, 1e-5, discretization=1e-2,
+                                      on_charge=journal.append), noise,
+              kill_before_committing_four)
+    on_disk = load_file(str(tmp_path / "step-000004" / "model.safetensors"))
+    assert len(journal) == 4
+    ledger, seen = _journaled_ledger(journal, resume_from=2), {}
+
+    def committed(step):
+        seen[step] = load_file(str(tmp_path / f"step-{step:06d}" / "model.safetensors"))
+
+    resumed = train(tmp_path, ledger, NoiseSource.from_state_dict(states[2]), committed,
+                    resume_step=2)
+    assert sorted(seen) == [4, 6]
+    assert all(torch.equal(on_disk[k], seen[4][k]) for k in on_disk)
+    assert len(ledger.charges) == config.steps
+    assert not ledger._pending
+    if seeded:  # the keys of the adopted steps are drawn too: the stream stays aligned
+        whole = train(tmp_path / "whole", PrivacyLedger(50.0, 1e-5, discretization=1e-2),
+                      NoiseSource(7), lambda step: None)
+        for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(),
+                                strict=True):
+            assert torch.equal(a, b), name
+
+
+def test_a_partly_written_state_is_removed_and_its_steps_replay(tmp_path):
+    """A temporary folder (killed while writing) never became a state: it goes, and the
+    steps after the committed one replay their journaled charges."""
+    from dpsynth.ops.training_state import TrainingCheckpoints
+
+    (tmp_path / ".step-000004.tmp").mkdir()
+    (tmp_path / ".step-000004.tmp" / "model.safetensors").write_bytes(b"partial")
+    checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None, resume_step=0)
+    assert checkpoints.recover() == 0
+    assert not list(tmp_path.iterdir())
+
+
+def test_every_step_draws_its_own_key():
+    """No seed drives more than one step's sampling and noise."""
+    import secrets
+
+    keys = []
+
+    def key():
+        keys.append(secrets.token_bytes(16))
+        return keys[-1]
+
+    config = DpTraining(steps=5, sampling_rate=0.25, noise_multiplier=0.5, max_length=12)
+    dp_finetune(tiny_model(), sequences(), PAD, config,
+                PrivacyLedger(50.0, 1e-5, discretization=1e-2), "training",
+                step_event(0.5, 0.25), key)
+    assert len(keys) == config.steps == len(set(keys))
+
+
+def test_a_sampling_rate_the_sampler_would_exceed_is_refused():
+    """1,000 sequences at q = 0.0106: batches of round(10.6) = 11, so opacus samples at
+    1/ceil(1000/11) = 0.01099 > q; the charge would understate the rate."""
+    config = DpTraining(steps=1, sampling_rate=0.0106, noise_multiplier=1.0, max_length=12)
+    ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2)
+    with pytest.raises(ValueError, match="above the rate charged"):
+        dp_finetune(tiny_model(), sequences(1000), PAD, config, ledger, "training",
+                    step_event(1.0, 0.0106), next_key=lambda: b"k" * 16)
+    assert not ledger.charges
 
 
 @pytest.mark.parametrize("mode", ["bk", "hooks"])

@@ -113,36 +113,36 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     `step_event` is the ledger event of one step (the budget plan's); it is charged
     before each optimizer step, so a step over budget raises before its noise is drawn.
     `next_key()` (the run's `NoiseSource.random_key`, so secret unless the run is seeded)
-    seeds the batch sampling and the gradient noise, afresh at the start and at every
-    checkpoint boundary. opacus' own CSPRNG needs torchcsprng, which has no build for this
-    torch; its generator is seeded from the key.
+    seeds the batch sampling and the gradient noise afresh at every step. opacus' own CSPRNG
+    needs torchcsprng, which has no build for this torch; its generator is seeded from the
+    key (docs/privacy.md, "Random numbers").
     """
     ids = pad_batch(sequences, config.max_length, pad_id)
     lengths = torch.tensor([max(1, min(len(s), config.max_length)) for s in sequences])
     expected = max(1, round(config.sampling_rate * len(ids)))
     optimizer = torch.optim.AdamW(_trainable(model, config.frozen), lr=config.learning_rate)
-    start = checkpoints.resume_step if checkpoints else 0
-    if checkpoints:
-        checkpoints.discard_uncommitted()
-    if start:
-        checkpoints.load(model, optimizer)
+
+    def charge() -> None:
+        ledger.charge(stage, step_event, mechanism="dp_sgd", sensitivity=config.max_grad_norm,
+                      noise_scale=config.noise_multiplier)
+
+    start = _recover(checkpoints, model, optimizer, charge, next_key) if checkpoints else 0
     model.train()
     noise_generator = torch.Generator()
     loader = DataLoader(TensorDataset(ids, lengths), batch_size=expected)
     private = (_BookKeeping if config.grad_sample_mode == "bk" else _Opacus)(
         model, optimizer, loader, config, noise_generator)
+    if private.loader.sample_rate > config.sampling_rate:
+        raise ValueError(f"sampling_rate={config.sampling_rate}: the Poisson sampler of "
+                         f"{len(ids)} sequences in batches of {expected} samples at "
+                         f"{private.loader.sample_rate:.6g}, above the rate charged")
     every = checkpoints.every if checkpoints else config.steps
-    batches = None
     try:
         for step in track(range(start, config.steps), "DP fine-tuning"):
-            if batches is None or step % every == 0:
-                if batches is not None and checkpoints:
-                    checkpoints.save(step, model, optimizer)
-                batches = _reseeded(private.loader, next_key(), noise_generator)
-            batch, batch_lengths = next(batches)
-            ledger.charge(stage, step_event, mechanism="dp_sgd",
-                          sensitivity=config.max_grad_norm,
-                          noise_scale=config.noise_multiplier)
+            if checkpoints and step > start and step % every == 0:
+                checkpoints.save(step, model, optimizer)
+            batch, batch_lengths = _fresh_batch(private.loader, next_key(), noise_generator)
+            charge()
             if len(batch) == 0:
                 private.noise_only_step()
                 continue
@@ -152,6 +152,24 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     if checkpoints and start < config.steps:
         checkpoints.save(config.steps, model, optimizer)  # committed before any export
     return model
+
+
+def _recover(checkpoints: TrainingCheckpoints, model: nn.Module,
+             optimizer: torch.optim.Optimizer, charge: Callable[[], None],
+             next_key: Callable[[], bytes]) -> int:
+    """Load the newest training state on disk and return its step. A state newer than the
+    recipe's checkpoint (a kill between writing and committing it) is adopted: the steps that
+    made it are charged (they replay from the journal, so nothing is charged twice) and their
+    keys drawn, as the unbroken run did, then the state is committed."""
+    start = checkpoints.recover()
+    for _ in range(checkpoints.resume_step, start):
+        next_key()
+        charge()
+    if start > checkpoints.resume_step:
+        checkpoints.committed(start)
+    if start:
+        checkpoints.load(start, model, optimizer)
+    return start
 
 
 def _trainable(model: nn.Module, frozen: Sequence[str]) -> list[nn.Parameter]:
@@ -255,15 +273,10 @@ class _Opacus:
             self.model._close()
 
 
-def _reseeded(loader: DataLoader, key: bytes, noise_generator: torch.Generator):
-    """Batches from a fresh iterator after reseeding the noise and the Poisson sampler (which
-    draws from torch's global generator): the stream depends on the key alone, so training
-    resumed at a boundary continues exactly as it would have."""
+def _fresh_batch(loader: DataLoader, key: bytes, noise_generator: torch.Generator):
+    """One Poisson batch after reseeding the noise and the sampler (which draws from torch's
+    global generator) from `key`: each step's randomness depends on its own key alone, so no
+    seed drives more than one step, and training resumed at a step goes on as it would have."""
     noise_generator.manual_seed(int.from_bytes(key[:8], "big") >> 1)
     torch.manual_seed(int.from_bytes(key[8:16], "big") >> 1)
-    return _forever(loader)
-
-
-def _forever(loader: DataLoader):
-    while True:
-        yield from loader
+    return next(iter(loader))
