@@ -1,7 +1,8 @@
 """Voters and PATE teachers sharded over Ray actors (`backends.executor: ray`) on a two-CPU
 cluster this module starts on the loopback: the same histograms, topics, teacher votes and
-seeded releases as the local engine, nothing private in Ray's object store or its logs, and
-actors that die with the run."""
+seeded releases as the local engine, a ctcl run stopped after a checkpoint resuming on Ray to
+the unbroken run, nothing private in Ray's object store or its logs, and actors that die with
+the run."""
 
 from __future__ import annotations
 
@@ -293,6 +294,121 @@ def test_a_run_on_ray_is_the_local_run_and_logs_no_private_text(cluster, tmp_pat
         if path.is_file():
             content = path.read_text(errors="ignore")
             assert CANARY not in content and texts[5] not in content, path
+
+
+def _ctcl_config(folder: Path, executor: str, tiny_lm: Path, embedder_cfg: EmbedderConfig,
+                 public_file: Path) -> Path:
+    """A seeded ctcl run of `RUNS`' sizes over 4 training steps, checkpointed every 2, on
+    `executor`, writing to folder/executor; the config file's path."""
+    topics = [" ".join(words) for words in VOCAB.values()]
+    model = folder / "topics"
+    if not model.exists():
+        TopicModel(build_embedder(embedder_cfg).encode(topics),
+                   [t.split()[:2] for t in topics]).save(model)
+    params = {**RUNS["ctcl"], "steps": 4, "checkpoint_every": 2, "model": str(tiny_lm),
+              "topic_model": str(model)}
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": LABELS},
+           "budget": {"epsilon": 2.0, "noise": "seeded_not_private"},
+           "recipe": {"name": "ctcl", "params": params},
+           "backends": {"embedder": {"name": "tfidf", "fit_texts": str(public_file), "dim": 16},
+                        "executor": {"name": executor, "cpus_per_worker": 0.5}},
+           "output": {"dir": str(folder / executor)}, "seed": 11}
+    path = folder / f"{executor}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _cli(config: Path) -> int:
+    try:
+        with one_torch_thread():
+            main(["run", str(config)])
+    except SystemExit as exc:
+        return exc.code
+    return 0
+
+
+def _journal(folder: Path) -> list[dict]:
+    """The output folder's release journal: header, charges and noisy answers, in order."""
+    return [json.loads(line) for line in
+            (folder / "checkpoints" / "releases.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ctcl_unbroken(cluster, tmp_path_factory, tiny_lm, embedder_cfg, public_file):
+    """An uninterrupted seeded local ctcl run over the private CSV (its folder, its texts)."""
+    pytest.importorskip("opacus")
+    folder = tmp_path_factory.mktemp("ctcl_unbroken")
+    texts, labels = ticket_texts(120)
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(folder / "private.csv", index=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("dpsynth.synthesis.build_generator", lambda *a, **k: RecordingGenerator())
+        assert _cli(_ctcl_config(folder, "local", tiny_lm, embedder_cfg, public_file)) == 0
+    return folder / "local", texts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop_after", [0, 2], ids=["conditions", "training-step-2"])
+def test_ctcl_stopped_on_ray_resumes_on_ray_to_the_unbroken_run(
+        cluster, tmp_path, tiny_lm, embedder_cfg, public_file, ctcl_unbroken, monkeypatch,
+        capsys, stop_after):
+    """Ctrl-C right after a checkpoint (step 0: the (label, topic) histogram is released;
+    step 2: and two DP-Adam steps), then the same config again, both on Ray: the resumed run
+    finds each record's topic again on the shards (the driver embeds nothing), replays the
+    journal instead of releasing again, and ends with the unbroken local run's synthetic set,
+    journal and spend; no private text in the output folder, the driver's output, or a Ray
+    log."""
+    unbroken, texts = ctcl_unbroken
+    (tmp_path / "private.csv").write_bytes((unbroken.parent / "private.csv").read_bytes())
+    config = _ctcl_config(tmp_path, "ray", tiny_lm, embedder_cfg, public_file)
+    out = tmp_path / "ray"
+    monkeypatch.setattr("dpsynth.synthesis.build_generator",
+                        lambda *a, **k: RecordingGenerator())
+    monkeypatch.setattr(PrivateDataset, "embed", _driver_embeds)
+    sharded_voters = []
+    voters = Cluster.voters
+    monkeypatch.setattr(Cluster, "voters",
+                        lambda self, private: sharded_voters.append(voters(self, private))
+                        or sharded_voters[-1])
+    save = CheckpointStore.save
+
+    def save_then_stop(self, step, state):
+        path = save(self, step, state)
+        if step == stop_after:
+            raise KeyboardInterrupt
+        return path
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointStore, "save", save_then_stop)
+        assert _cli(config) == 130
+    stopped = json.loads((out / "privacy.json").read_text())
+    assert stopped["complete"] is False and stopped["stopped"] == "interrupted"
+    assert ([c["stage"] for c in stopped["charges"]]
+            == ["topic_histogram"] + ["training"] * stop_after)
+    assert CheckpointStore(out / "checkpoints").latest()[0] == stop_after
+    assert len(sharded_voters) == 1 and sharded_voters[0]._actors == []  # closed at the stop
+
+    assert _cli(config) == 0
+    assert len(sharded_voters) == 2  # the topics again, from the shards
+    journal, whole = _journal(out), _journal(unbroken)
+    stages = [line["charge"]["stage"] for line in journal if "charge" in line]
+    assert stages == ["topic_histogram"] + ["training"] * 4  # each release once
+    assert journal == whole
+    privacy = json.loads((out / "privacy.json").read_text())
+    spent = json.loads((unbroken / "privacy.json").read_text())
+    assert privacy["complete"] is True and privacy["charges"] == spent["charges"]
+    assert privacy["spent"] == pytest.approx(spent["spent"])
+    pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"),
+                                  pd.read_csv(unbroken / "synthetic.csv"))
+
+    private = [t.encode() for t in texts]  # the canary first
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+    files = [p for p in [*out.rglob("*"), *logs.rglob("*")] if p.is_file()]
+    assert out / "run.log" in files and out / "checkpoints" / "releases.jsonl" in files
+    for path in files:
+        content = path.read_bytes()
+        assert not any(text in content for text in private), path
+    printed = "".join(capsys.readouterr())
+    assert "resumes it from" in printed and not any(t in printed for t in texts)
 
 
 def test_shards_the_cluster_cannot_hold_are_refused_not_awaited(cluster, private,
