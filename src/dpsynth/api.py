@@ -40,8 +40,8 @@ class SynthesisResult:
 
     data: Any
     """The synthetic set: a pandas DataFrame (`text`, and `label` when the input had labels,
-    with an in-memory table's label values as it gave them), or a `datasets.Dataset` when the
-    input was one."""
+    with an in-memory table's label values as it gave them; and `not_private`, true in every
+    row, when the noise was seeded), or a `datasets.Dataset` when the input was one."""
     privacy: dict[str, Any]
     """The ledger's summary: `epsilon` spent (composed with the PLD accountant and
     recomputed from the recorded events), `epsilon_budget`, `delta`, `private` (False for a
@@ -62,8 +62,10 @@ class SynthesisResult:
     """The full privacy ledger, every charge with its DP event."""
 
     def __repr__(self) -> str:
+        """Also `str`; a seeded run's opens with NOT PRIVATE, as its ε protects nothing."""
         where = f"{self.output_dir}{' (temporary)' if self.temporary else ''}"
-        return (f"SynthesisResult({len(self.data)} synthetic records, ε = "
+        seeded = "" if self.privacy["private"] else "NOT PRIVATE (seeded DP noise): "
+        return (f"SynthesisResult({seeded}{len(self.data)} synthetic records, ε = "
                 f"{self.privacy['epsilon']:.4g} of {self.privacy['epsilon_budget']:g}, "
                 f"δ = {self.privacy['delta']:.3g}, output_dir={where!s}, report={self.report})")
 
@@ -116,7 +118,7 @@ def synthesize(
     """
     from dpsynth.preflight import make_plan
     from dpsynth.stops import signals_stop_the_run
-    from dpsynth.synthesis import run
+    from dpsynth.synthesis import NOT_PRIVATE_COLUMN, run
 
     if log_level is not None and log_level.lower() not in LEVELS:
         raise ConfigError(f"{SOURCE}: log_level: '{log_level}' is not one of "
@@ -165,6 +167,8 @@ def synthesize(
     if synthetic.labels is not None:
         as_given = _labels_as_given(frame, label, labels)
         table["label"] = [as_given.get(y, y) for y in synthetic.labels]
+    if not config.budget.private:
+        table[NOT_PRIVATE_COLUMN] = True  # as in the synthetic file
     if source_kind == "dataset":
         import datasets
 

@@ -144,8 +144,9 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
         again = " ".join(["dpsynth run", *([str(config)] if config else []),
                           *(["--seed", str(seed)] if seed is not None else []),
                           *(["--output", str(output)] if output else [])])
+        seeded = "" if cfg.budget.private else f". {NOT_PRIVATE}"
         raise Interrupted(f"the run stopped {stopped_summary(cfg.output.dir)}; `{again}` "
-                          f"resumes it from {cfg.output.dir}") from None
+                          f"resumes it from {cfg.output.dir}{seeded}") from None
     if outputs.already_complete:
         out.print(f"this run is already complete: nothing was run again. Its outputs are in "
                   f"{cfg.output.dir} (use a new output folder to synthesise again)")

@@ -55,6 +55,11 @@ class RunOutputs:
 NOT_PRIVATE = ("NOT PRIVATE: budget.noise is seeded_not_private, so the DP noise follows "
                "from the seed and can be subtracted; this run is a reproduction, not a release")
 
+NOT_PRIVATE_COLUMN = "not_private"
+"""A seeded run's synthetic set and metrics.jsonl rows carry this column, true in every row:
+the mark travels with a row or a file copied on its own, in every format, while a private
+run's file keeps its name and its `text` and `label` columns, and readers pick those."""
+
 
 def prepare_output_dir(folder: Path) -> Path:
     """Create the output folder, or say in one line why it cannot be one (exit 2): a path
@@ -85,7 +90,8 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     run_plan = run_plan or make_plan(config)
     if not config.budget.private:
         log.warning(NOT_PRIVATE)
-    unit = (f"user:{config.data.records_per_unit}" if config.data.user_column else "record")
+    unit = (f"user:{config.data.user_column}:{config.data.records_per_unit}"
+            if config.data.user_column else "record")
     journal = Journal.open(config.output.dir / "checkpoints" / "releases.jsonl", JournalHeader(
         config.budget.epsilon, run_plan.delta,
         config.seed if config.seed is not None else secrets.randbits(31),
@@ -118,8 +124,10 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     seed = journal.header.public_seed
 
     metrics_path = out / "metrics.jsonl"
+    mark = {} if config.budget.private else {NOT_PRIVATE_COLUMN: True}
 
     def report(row: dict[str, Any]) -> None:
+        row = {**mark, **row}
         log.info("progress: %s", json.dumps(row))
         with metrics_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
@@ -156,7 +164,8 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     (out / "usage.json").write_text(json.dumps(usage, indent=2), encoding="utf-8")
 
     frame = pd.DataFrame({"text": result.texts}
-                         | ({"label": result.labels} if result.labels is not None else {}))
+                         | ({"label": result.labels} if result.labels is not None else {})
+                         | mark)
     synthetic = write_table(frame, out / f"synthetic.{config.output.format}",
                             config.output.format)
     privacy = _write_privacy(ledger, config, {"complete": True})

@@ -330,9 +330,72 @@ def test_a_changed_unit_of_privacy_in_the_same_folder_is_refused(tmp_path, ticke
         run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
             generator=CrashingGenerator(1))
     raw["data"] |= {"user_column": "user", "max_records_per_user": 3}
-    with pytest.raises(InputError, match="unit record.*unit user:3"):
+    with pytest.raises(InputError, match="unit record; .* unit user:user:3: "):
         run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
             generator=RecordingGenerator())
+
+
+def _users_by(tmp_path, tickets, column):
+    """kd_tutor with k = 3 on a file where each author is one record and each org two."""
+    texts, labels = tickets
+    pd.DataFrame({"text": texts, "label": labels,
+                  "author": [f"a{i}" for i in range(len(texts))],
+                  "org": [f"o{i // 2}" for i in range(len(texts))]}).to_csv(
+        tmp_path / "private.csv", index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label", "user_column": column,
+                    "max_records_per_user": 3},
+           "budget": {"epsilon": 2.0, "delta": 1e-4},
+           "recipe": {"name": "kd_tutor", "params": PARAMS["kd_tutor"]},
+           "output": {"dir": str(tmp_path / "o")}}
+    return parse_config(raw, base_dir=tmp_path)
+
+
+def test_another_user_column_in_the_same_folder_is_refused_the_same_one_resumes(
+        tmp_path, tickets, monkeypatch):
+    """Charges made with one author as the unit bound nothing about adding an org, which may
+    hold many authors, though k is the same: the journal's unit names the column."""
+    from dpsynth.errors import InputError
+    from dpsynth.privacy.journal import Journal
+
+    append_output = Journal.append_output
+
+    def crash_after_the_first_answer(journal, index, value):
+        append_output(journal, index, value)
+        raise _Crash
+
+    with monkeypatch.context() as patched, pytest.raises(_Crash):
+        patched.setattr(Journal, "append_output", crash_after_the_first_answer)
+        run(_users_by(tmp_path, tickets, "author"), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
+    journal = tmp_path / "o" / "checkpoints" / "releases.jsonl"
+    before = journal.read_text()
+    with pytest.raises(InputError) as refused:
+        run(_users_by(tmp_path, tickets, "org"), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
+    assert str(refused.value) == (
+        f"{tmp_path / 'o'}: its releases were made with unit user:author:3; this config asks "
+        "for unit user:org:3: use a new output folder")
+    assert journal.read_text() == before
+    outputs = run(_users_by(tmp_path, tickets, "author"), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    recorded = [json.loads(line)["charge"] for line in before.splitlines() if '"charge"' in line]
+    assert recorded and [c.to_json() for c in outputs.ledger.charges[:len(recorded)]] == recorded
+
+
+def test_a_folder_whose_unit_names_no_user_column_is_refused(tmp_path, tickets):
+    """An older journal's "user:k" could have been made with any user column: refused, never
+    taken for this config's."""
+    from dpsynth.errors import InputError
+    from dpsynth.privacy.journal import Journal, JournalHeader
+
+    Journal.open(tmp_path / "o" / "checkpoints" / "releases.jsonl",
+                 JournalHeader(2.0, 1e-4, 1, "cryptographic", "user:3")).close()
+    with pytest.raises(InputError) as refused:
+        run(_users_by(tmp_path, tickets, "author"), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
+    assert str(refused.value) == (
+        f"{tmp_path / 'o'}: its releases were made with unit user:3; this config asks for "
+        "unit user:author:3: use a new output folder")
 
 
 def test_a_seeded_checkpoint_under_a_cryptographic_journal_is_refused(tmp_path, tickets):

@@ -44,7 +44,9 @@ class JournalHeader:
     public_seed: int
     noise: str
     unit: str
-    """The neighbouring relation the charges were computed for: "record", or "user:k"."""
+    """The neighbouring relation the charges were computed for: "record", or
+    "user:COLUMN:k" (which column makes a user, and its bound k). An older folder's "user:k"
+    names no column, so it matches no new unit and is refused, never guessed."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "epsilon": self.epsilon, "delta": self.delta,
@@ -52,6 +54,11 @@ class JournalHeader:
 
     def _terms(self) -> tuple:
         return self.epsilon, self.delta, self.noise, self.unit
+
+    def _shown(self) -> tuple[str, ...]:
+        """`_terms` as a refusal names them."""
+        return (f"ε={self.epsilon:g}", f"δ={self.delta:.3g}", f"noise {self.noise}",
+                f"unit {self.unit}")
 
 
 class Journal:
@@ -92,11 +99,12 @@ class Journal:
         recorded = JournalHeader(stored["epsilon"], stored["delta"],
                                  int(stored["public_seed"]), stored["noise"], stored["unit"])
         if recorded._terms() != header._terms():
+            changed = [i for i, (was, now) in enumerate(zip(recorded._terms(), header._terms(),
+                                                            strict=True)) if was != now]
             raise InputError(
-                f"{path.parent.parent}: its releases were made with ε={recorded.epsilon:g}, "
-                f"δ={recorded.delta:.3g}, noise {recorded.noise}, unit {recorded.unit}; this "
-                f"config asks for ε={header.epsilon:g}, δ={header.delta:.3g}, noise "
-                f"{header.noise}, unit {header.unit}: use a new output folder")
+                f"{path.parent.parent}: its releases were made with "
+                f"{', '.join(recorded._shown()[i] for i in changed)}; this config asks for "
+                f"{', '.join(header._shown()[i] for i in changed)}: use a new output folder")
         if torn:
             log.warning("%s: dropping a line a crash left half written", path.name)
             _atomic_write(path, lines)
