@@ -45,3 +45,31 @@ def test_no_canary_in_any_output(private_config, command, capsys):
         for canary in CANARIES:
             assert canary not in text
             assert canary.split()[0] not in text
+
+
+def test_an_unexpected_error_says_where_it_arose_not_what_it_quoted(private_config, capsys,
+                                                                    monkeypatch):
+    """A library's message may quote the private value it failed on: the CLI shows the
+    exception types and code locations only, unless DPSYNTH_TRACEBACK=1 asks for more."""
+    from dpsynth.methods.registry import RECIPES
+
+    def crash(self, ctx):
+        try:
+            float(CANARIES[0])
+        except ValueError as exc:
+            raise RuntimeError(f"no such record: {CANARIES[1]}") from exc
+
+    monkeypatch.setattr(RECIPES["dpga"], "run", crash)
+    argv = ["run", str(private_config / "run.yaml")]
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 1
+    err = capsys.readouterr().err
+    assert "internal error" in err and "builtins.RuntimeError" in err
+    assert "builtins.ValueError" in err and "test_no_leaks.py" in err
+    logs = [p.read_text() for p in (private_config / "out").glob("*.log")]
+    for text in [err, *logs]:
+        assert not any(canary.split()[0] in text for canary in CANARIES)
+    monkeypatch.setenv("DPSYNTH_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match=CANARIES[1].split()[0]):
+        main(argv)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -235,6 +236,25 @@ def version() -> None:
     out.print(__version__)
 
 
+FULL_TRACEBACK = "DPSYNTH_TRACEBACK"
+"""Set to 1 to let an unexpected error print Python's whole traceback, message included."""
+
+
+def crash_summary(exc: BaseException) -> str:
+    """An unexpected error without its message: a library's message may quote the value it
+    failed on, which can be a private record, so stderr gets only the exception types of the
+    chain and where each was raised (code locations, not data)."""
+    lines = []
+    while exc is not None:
+        frames = traceback.extract_tb(exc.__traceback__)
+        lines.append(f"{type(exc).__module__}.{type(exc).__qualname__}")
+        lines += [f"  {Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames[-6:]]
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return ("internal error (its message is not shown, as it could quote private data; "
+            f"{FULL_TRACEBACK}=1 shows the whole traceback, and may then show private text):\n"
+            + "\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn dpsynth errors into a one-line message and an exit code."""
     try:
@@ -254,7 +274,11 @@ def main(argv: list[str] | None = None) -> None:
         if code is not None and hasattr(exc, "show"):
             exc.show()
             sys.exit(code)
-        raise
+        if os.environ.get(FULL_TRACEBACK) == "1":
+            raise
+        Console(stderr=True).print(crash_summary(exc), highlight=False, soft_wrap=True,
+                                   markup=False)
+        sys.exit(1)
     if code == Interrupted.exit_code:  # Ctrl-C outside a run: typer returns 130
         Console(stderr=True).print("[bold red]interrupted[/bold red]: nothing was released")
     if isinstance(code, int) and code:
