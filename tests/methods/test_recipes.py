@@ -350,11 +350,20 @@ def _users_by(tmp_path, tickets, column):
     return parse_config(raw, base_dir=tmp_path)
 
 
+def _refusal(tmp_path, tickets, column: str) -> str:
+    """The one-line refusal of a run whose users are `column` in the folder tmp_path/o."""
+    from dpsynth.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        run(_users_by(tmp_path, tickets, column), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
+    return str(refused.value)
+
+
 def test_another_user_column_in_the_same_folder_is_refused_the_same_one_resumes(
         tmp_path, tickets, monkeypatch):
     """Charges made with one author as the unit bound nothing about adding an org, which may
     hold many authors, though k is the same: the journal's unit names the column."""
-    from dpsynth.errors import InputError
     from dpsynth.privacy.journal import Journal
 
     append_output = Journal.append_output
@@ -369,10 +378,7 @@ def test_another_user_column_in_the_same_folder_is_refused_the_same_one_resumes(
             generator=RecordingGenerator())
     journal = tmp_path / "o" / "checkpoints" / "releases.jsonl"
     before = journal.read_text()
-    with pytest.raises(InputError) as refused:
-        run(_users_by(tmp_path, tickets, "org"), embedder=HashEmbedder(),
-            generator=RecordingGenerator())
-    assert str(refused.value) == (
+    assert _refusal(tmp_path, tickets, "org") == (
         f"{tmp_path / 'o'}: its releases were made with unit user:author:3; this config asks "
         "for unit user:org:3: use a new output folder")
     assert journal.read_text() == before
@@ -385,15 +391,11 @@ def test_another_user_column_in_the_same_folder_is_refused_the_same_one_resumes(
 def test_a_folder_whose_unit_names_no_user_column_is_refused(tmp_path, tickets):
     """An older journal's "user:k" could have been made with any user column: refused, never
     taken for this config's."""
-    from dpsynth.errors import InputError
     from dpsynth.privacy.journal import Journal, JournalHeader
 
     Journal.open(tmp_path / "o" / "checkpoints" / "releases.jsonl",
                  JournalHeader(2.0, 1e-4, 1, "cryptographic", "user:3")).close()
-    with pytest.raises(InputError) as refused:
-        run(_users_by(tmp_path, tickets, "author"), embedder=HashEmbedder(),
-            generator=RecordingGenerator())
-    assert str(refused.value) == (
+    assert _refusal(tmp_path, tickets, "author") == (
         f"{tmp_path / 'o'}: its releases were made with unit user:3; this config asks for "
         "unit user:author:3: use a new output folder")
 
