@@ -59,15 +59,20 @@ def test_an_unexpected_error_says_where_it_arose_not_what_it_quoted(private_conf
         except ValueError as exc:
             raise RuntimeError(f"no such record: {CANARIES[1]}") from exc
 
+    def disk_full(*args, **kwargs):
+        raise OSError("No space left on device")  # its context is the crash above
+
     monkeypatch.setattr(RECIPES["dpga"], "run", crash)
-    argv = ["run", str(private_config / "run.yaml")]
-    with pytest.raises(SystemExit) as done:
+    argv = ["run", str(private_config / "run.yaml"), "--log-level", "debug"]
+    with monkeypatch.context() as patched, pytest.raises(SystemExit) as done:
+        patched.setattr("dpsynth.synthesis._write_privacy", disk_full)
         main(argv)
     assert done.value.code == 1
     err = capsys.readouterr().err
     assert "internal error" in err and "builtins.RuntimeError" in err
     assert "builtins.ValueError" in err and "test_no_leaks.py" in err
     logs = [p.read_text() for p in (private_config / "out").glob("*.log")]
+    assert "could not write privacy.json" in logs[0] and "builtins.OSError" in logs[0]
     for text in [err, *logs]:
         assert not any(canary.split()[0] in text for canary in CANARIES)
     monkeypatch.setenv("DPSYNTH_TRACEBACK", "1")

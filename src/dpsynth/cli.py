@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +19,7 @@ from dpsynth import __version__
 from dpsynth.config import RunConfig, load_config
 from dpsynth.errors import DpsynthError, Interrupted
 from dpsynth.examples import EXAMPLE_CONFIG
-from dpsynth.logs import LEVELS, setup_logging
+from dpsynth.logs import LEVELS, setup_logging, where_raised
 from dpsynth.methods.registry import RECIPES
 from dpsynth.preflight import RunPlan, make_plan, print_plan
 from dpsynth.stops import signals_stop_the_run
@@ -241,18 +240,10 @@ FULL_TRACEBACK = "DPSYNTH_TRACEBACK"
 
 
 def crash_summary(exc: BaseException) -> str:
-    """An unexpected error without its message: a library's message may quote the value it
-    failed on, which can be a private record, so stderr gets only the exception types of the
-    chain and where each was raised (code locations, not data)."""
-    lines = []
-    while exc is not None:
-        frames = traceback.extract_tb(exc.__traceback__)
-        lines.append(f"{type(exc).__module__}.{type(exc).__qualname__}")
-        lines += [f"  {Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames[-6:]]
-        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    """An unexpected error as `where_raised` shows it, without its message."""
     return ("internal error (its message is not shown, as it could quote private data; "
             f"{FULL_TRACEBACK}=1 shows the whole traceback, and may then show private text):\n"
-            + "\n".join(lines))
+            + where_raised(exc))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -263,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         what = "interrupted" if isinstance(exc, Interrupted) else "error"
         Console(stderr=True).print(f"[bold red]{what}:[/bold red] {exc}", highlight=False,
                                    soft_wrap=True)
-        log.debug("error detail", exc_info=True)
+        log.debug("error detail:\n%s", where_raised(exc))
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,8 @@ from rich.logging import RichHandler
 from dpsynth import progress
 
 LEVELS = ("debug", "info", "warning", "error")
+FRAMES = 6
+"""Innermost frames shown per exception by `where_raised`."""
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
@@ -90,3 +93,18 @@ def quiet_libraries() -> None:
 
         datasets.disable_progress_bars()
         datasets.logging.set_verbosity_error()
+
+
+def where_raised(exc: BaseException) -> str:
+    """An exception chain without its messages: each exception's type and the code locations
+    that raised it. A library's message may quote the value it failed on, which can be a
+    private record; a type, a file name, a line number and a function name are code."""
+    lines: list[str] = []
+    current: BaseException | None = exc
+    while current is not None:
+        lines.append(f"{type(current).__module__}.{type(current).__qualname__}")
+        frames = traceback.extract_tb(current.__traceback__)[-FRAMES:]
+        lines += [f"  {Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames]
+        current = current.__cause__ or (None if current.__suppress_context__
+                                        else current.__context__)
+    return "\n".join(lines)

@@ -30,6 +30,7 @@ from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
 from dpsynth.data import read_table, write_table
 from dpsynth.errors import InputError
+from dpsynth.logs import where_raised
 from dpsynth.methods.base import RunContext, SyntheticSet
 from dpsynth.ops.sharded import Cluster
 from dpsynth.preflight import RunPlan, make_plan
@@ -254,8 +255,9 @@ def _write_incomplete(ledger: PrivacyLedger, config: RunConfig, exc: BaseExcepti
                 "complete": False, "stopped": stopped,
                 "note": "the run did not finish: this is what it spent, every release its "
                         "journal recorded; run the same config again to resume"})
-    except Exception:  # never hide the error that stopped the run
-        log.warning("could not write privacy.json for the stopped run", exc_info=True)
+    except Exception as failed:  # never hide the error that stopped the run
+        log.warning("could not write privacy.json for the stopped run:\n%s",
+                    where_raised(failed))
 
 
 def stopped_summary(folder: Path) -> str:

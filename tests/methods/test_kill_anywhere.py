@@ -38,11 +38,11 @@ run(load_config(sys.argv[1]), embedder=HashEmbedder(), generator=Slow())
 """
 
 
-def _config(tmp_path: Path, recipe: str) -> Path:
+def _config(tmp_path: Path, recipe: str, params: dict) -> Path:
     texts, labels = ticket_texts(120)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv", index=False)
     raw = {"data": {"path": "private.csv", "label_column": "label"},
-           "budget": {"epsilon": BUDGET}, "recipe": {"name": recipe, "params": PARAMS[recipe]},
+           "budget": {"epsilon": BUDGET}, "recipe": {"name": recipe, "params": params},
            "output": {"dir": str(tmp_path / "out")}}
     path = tmp_path / "run.json"  # JSON is YAML
     path.write_text(json.dumps(raw))
@@ -62,11 +62,13 @@ def _journal_charges(tmp_path: Path) -> list[dict]:
     return [e["charge"] for e in lines if "charge" in e]
 
 
-def kill_until_finished(tmp_path: Path, recipe: str, kills: int, seed: int) -> list[list[dict]]:
+def kill_until_finished(tmp_path: Path, recipe: str, kills: int, seed: int,
+                        params: dict | None = None) -> list[list[dict]]:
     """Kill the run `kills` times, each soon after the journal reaches a random length (so
     kills land before the first checkpoint, between a charge and its answer, mid-iteration),
     then let it finish; the journal's charges after every attempt."""
-    config, rng = _config(tmp_path, recipe), np.random.default_rng(seed)
+    config = _config(tmp_path, recipe, params or PARAMS[recipe])
+    rng = np.random.default_rng(seed)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     snapshots = []
     for attempt in range(kills + 1):
@@ -114,3 +116,16 @@ def test_killed_at_random_moments_the_spend_stays_true(tmp_path, recipe):
 def test_killed_many_times_the_spend_stays_true(tmp_path, recipe, seed):
     snapshots = kill_until_finished(tmp_path, recipe, kills=10, seed=seed)
     _assert_every_release_kept(tmp_path, snapshots)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_dp_finetuning_killed_many_times_the_spend_stays_true(tmp_path, tiny_lm, seed):
+    """Kills land between DP-Adam steps and around the training states written every two
+    steps (a state written but not committed is adopted on restart): each step is charged
+    once, and the run still finishes inside its budget."""
+    params = {"n_output": 12, "model": str(tiny_lm), "steps": 24, "batch_size": 32,
+              "max_length": 32, "checkpoint_every": 2}
+    snapshots = kill_until_finished(tmp_path, "dpft", kills=8, seed=seed, params=params)
+    _assert_every_release_kept(tmp_path, snapshots)
+    assert [c["stage"] for c in snapshots[-1]].count("training") == params["steps"]

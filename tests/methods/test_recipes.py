@@ -396,8 +396,9 @@ def test_a_folder_whose_unit_names_no_user_column_is_refused(tmp_path, tickets):
     Journal.open(tmp_path / "o" / "checkpoints" / "releases.jsonl",
                  JournalHeader(2.0, 1e-4, 1, "cryptographic", "user:3")).close()
     assert _refusal(tmp_path, tickets, "author") == (
-        f"{tmp_path / 'o'}: its releases were made with unit user:3; this config asks for "
-        "unit user:author:3: use a new output folder")
+        f"{tmp_path / 'o'}: its releases were made with unit user:3 (an older dpsynth's "
+        "journal, which does not say which column made a user; a finished run's outputs there "
+        "stand as they are); this config asks for unit user:author:3: use a new output folder")
 
 
 def test_a_seeded_checkpoint_under_a_cryptographic_journal_is_refused(tmp_path, tickets):

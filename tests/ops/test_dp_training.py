@@ -8,7 +8,7 @@ pytest.importorskip("opacus")
 from dp_accounting import dp_event  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-from dpsynth.errors import BudgetExceededError  # noqa: E402
+from dpsynth.errors import BudgetExceededError, InputError  # noqa: E402
 from dpsynth.ops.dp_training import DpTraining, SequenceLoss, dp_finetune  # noqa: E402
 from dpsynth.privacy.ledger import PrivacyLedger  # noqa: E402
 
@@ -99,7 +99,7 @@ def test_training_resumed_at_a_checkpoint_ends_where_an_unbroken_run_ends(tmp_pa
 
     with pytest.raises(_Killed):
         train(tmp_path / "resumed", noise, kill_at_four)
-    assert "step-000004" in [p.name for p in (tmp_path / "resumed").iterdir()]
+    assert "step-000004.safetensors" in [p.name for p in (tmp_path / "resumed").iterdir()]
     resumed, ledger = train(tmp_path / "resumed", NoiseSource.from_state_dict(states[4]),
                             lambda step: None, resume_step=4)
     assert ledger.breakdown()["training"]["releases"] == 2
@@ -115,7 +115,7 @@ def test_resuming_without_the_saved_state_is_a_clear_error(tmp_path):
     from dpsynth.ops.training_state import TrainingCheckpoints
 
     checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None, resume_step=4)
-    with pytest.raises(FileNotFoundError, match="step-000004"):
+    with pytest.raises(InputError, match="step-000004"):
         checkpoints.recover()
 
 
@@ -162,12 +162,12 @@ def test_a_state_written_but_not_committed_is_adopted_not_drawn_again(tmp_path, 
         train(tmp_path, PrivacyLedger(50.0, 1e-5, discretization=1e-2,
                                       on_charge=journal.append), noise,
               kill_before_committing_four)
-    on_disk = load_file(str(tmp_path / "step-000004" / "model.safetensors"))
+    on_disk = load_file(str(tmp_path / "step-000004.safetensors"))
     assert len(journal) == 4
     ledger, seen = _journaled_ledger(journal, resume_from=2), {}
 
     def committed(step):
-        seen[step] = load_file(str(tmp_path / f"step-{step:06d}" / "model.safetensors"))
+        seen[step] = load_file(str(tmp_path / f"step-{step:06d}.safetensors"))
 
     resumed = train(tmp_path, ledger, NoiseSource.from_state_dict(states[2]), committed,
                     resume_step=2)
@@ -183,16 +183,59 @@ def test_a_state_written_but_not_committed_is_adopted_not_drawn_again(tmp_path, 
             assert torch.equal(a, b), name
 
 
-def test_a_partly_written_state_is_removed_and_its_steps_replay(tmp_path):
-    """A temporary folder (killed while writing) never became a state: it goes, and the
-    steps after the committed one replay their journaled charges."""
+def test_a_kill_while_a_state_is_written_leaves_nothing_of_it(tmp_path, monkeypatch):
+    """The state is written to a file with no name and linked into place once whole: a kill
+    before the link leaves no trace of it (nothing a reader could take as a second draw)."""
+    from dpsynth.ops import training_state
     from dpsynth.ops.training_state import TrainingCheckpoints
 
-    (tmp_path / ".step-000004.tmp").mkdir()
-    (tmp_path / ".step-000004.tmp" / "model.safetensors").write_bytes(b"partial")
-    checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None, resume_step=0)
-    assert checkpoints.recover() == 0
+    def killed(*args, **kwargs):
+        raise _Killed
+
+    monkeypatch.setattr(training_state.os, "link", killed)
+    checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None)
+    model = tiny_model()
+    with pytest.raises(_Killed):
+        checkpoints.save(2, model, torch.optim.AdamW(model.parameters()))
     assert not list(tmp_path.iterdir())
+
+
+def test_a_partly_written_named_state_charges_again_what_is_drawn_again(tmp_path):
+    """Without unnamed files a state is first written under a temporary name; one left by a
+    kill may have been read, so the steps it holds are charged again when drawn again."""
+    from dpsynth.ops.training_state import Recovered, TrainingCheckpoints
+
+    config = DpTraining(steps=4, sampling_rate=0.25, noise_multiplier=0.5, max_length=12)
+    journal = []
+    ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2, on_charge=journal.append)
+    dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
+                step_event(0.5, 0.25), lambda: b"k" * 16)
+    assert len(journal) == 4
+    (tmp_path / ".step-000002.tmp").write_bytes(b"partial")
+    checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None)
+    assert checkpoints.recover() == Recovered(0, drawn_beyond=True)
+    (tmp_path / ".step-000002.tmp").write_bytes(b"partial")
+    resumed = _journaled_ledger(journal, resume_from=0)
+    dp_finetune(tiny_model(), sequences(), PAD, config, resumed, "training",
+                step_event(0.5, 0.25), lambda: b"k" * 16, checkpoints)
+    assert len(resumed.charges) == 8
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000004.safetensors"]
+
+
+def test_a_key_sets_the_whole_generator_state():
+    """Keys that agree on their first bytes give different streams (manual_seed keeps 32
+    bits of a seed); the same key gives the same stream whatever was drawn before."""
+    from dpsynth.ops.dp_training import keyed
+
+    def normals(key, before=0):
+        generator = torch.Generator()
+        torch.randn(before, generator=generator)
+        return torch.randn(8, generator=keyed(generator, key, b"noise"))
+
+    assert torch.equal(normals(b"k" * 16), normals(b"k" * 16, before=3))
+    assert not torch.equal(normals(b"k" * 15 + b"a"), normals(b"k" * 15 + b"b"))
+    assert not torch.equal(torch.randn(8, generator=keyed(torch.Generator(), b"k", b"noise")),
+                           torch.randn(8, generator=keyed(torch.Generator(), b"k", b"sampler")))
 
 
 def test_every_step_draws_its_own_key():

@@ -8,11 +8,13 @@ Gaussian of noise multiplier σ.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 from dp_accounting.dp_event import DpEvent
 from torch import nn
@@ -113,9 +115,9 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     `step_event` is the ledger event of one step (the budget plan's); it is charged
     before each optimizer step, so a step over budget raises before its noise is drawn.
     `next_key()` (the run's `NoiseSource.random_key`, so secret unless the run is seeded)
-    seeds the batch sampling and the gradient noise afresh at every step. opacus' own CSPRNG
-    needs torchcsprng, which has no build for this torch; its generator is seeded from the
-    key (docs/privacy.md, "Random numbers").
+    keys the batch sampling and the gradient noise afresh at every step. opacus' own CSPRNG
+    needs torchcsprng, which has no build for this torch; its generator is keyed from the
+    key (docs/privacy.md, "Noise that does not leak through floating point").
     """
     ids = pad_batch(sequences, config.max_length, pad_id)
     lengths = torch.tensor([max(1, min(len(s), config.max_length)) for s in sequences])
@@ -126,7 +128,8 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
         ledger.charge(stage, step_event, mechanism="dp_sgd", sensitivity=config.max_grad_norm,
                       noise_scale=config.noise_multiplier)
 
-    start = _recover(checkpoints, model, optimizer, charge, next_key) if checkpoints else 0
+    start = (_recover(checkpoints, model, optimizer, charge, next_key, ledger)
+             if checkpoints else 0)
     model.train()
     noise_generator = torch.Generator()
     loader = DataLoader(TensorDataset(ids, lengths), batch_size=expected)
@@ -156,20 +159,24 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
 
 def _recover(checkpoints: TrainingCheckpoints, model: nn.Module,
              optimizer: torch.optim.Optimizer, charge: Callable[[], None],
-             next_key: Callable[[], bytes]) -> int:
+             next_key: Callable[[], bytes], ledger: PrivacyLedger) -> int:
     """Load the newest training state on disk and return its step. A state newer than the
     recipe's checkpoint (a kill between writing and committing it) is adopted: the steps that
     made it are charged (they replay from the journal, so nothing is charged twice) and their
-    keys drawn, as the unbroken run did, then the state is committed."""
-    start = checkpoints.recover()
-    for _ in range(checkpoints.resume_step, start):
+    keys drawn, as the unbroken run did, then the state is committed. A partly written state
+    beyond it (on a file system without unnamed files) may have been seen: every step drawn
+    again from here is charged again."""
+    recovered = checkpoints.recover()
+    for _ in range(checkpoints.resume_step, recovered.step):
         next_key()
         charge()
-    if start > checkpoints.resume_step:
-        checkpoints.committed(start)
-    if start:
-        checkpoints.load(start, model, optimizer)
-    return start
+    if recovered.drawn_beyond:
+        ledger.end_replay("a partly written training state was found")
+    if recovered.step > checkpoints.resume_step:
+        checkpoints.committed(recovered.step)
+    if recovered.step:
+        checkpoints.load(recovered.step, model, optimizer)
+    return recovered.step
 
 
 def _trainable(model: nn.Module, frozen: Sequence[str]) -> list[nn.Parameter]:
@@ -274,9 +281,26 @@ class _Opacus:
 
 
 def _fresh_batch(loader: DataLoader, key: bytes, noise_generator: torch.Generator):
-    """One Poisson batch after reseeding the noise and the sampler (which draws from torch's
-    global generator) from `key`: each step's randomness depends on its own key alone, so no
-    seed drives more than one step, and training resumed at a step goes on as it would have."""
-    noise_generator.manual_seed(int.from_bytes(key[:8], "big") >> 1)
-    torch.manual_seed(int.from_bytes(key[8:16], "big") >> 1)
+    """One Poisson batch after keying the noise generator and the sampler (which draws from
+    torch's global generator) from `key`: each step's randomness depends on its own key alone,
+    so no key drives more than one step, and training resumed at a step goes on as it would
+    have."""
+    keyed(noise_generator, key, b"noise")
+    keyed(torch.default_generator, key, b"sampler")
     return next(iter(loader))
+
+
+MT_WORDS, MT_OFFSET = 624, 24
+"""torch's CPU generator state: a Mersenne Twister of 624 words (each stored in 8 bytes)
+after an 8-byte seed, two 4-byte counters and an 8-byte index."""
+
+
+def keyed(generator: torch.Generator, key: bytes, purpose: bytes) -> torch.Generator:
+    """`generator` with a whole Mersenne Twister state expanded from `key` by SHAKE-256, and
+    no cached normal sample. `manual_seed` would keep only 32 bits of any seed, which one
+    core searches in hours; a state expanded from a 128-bit key cannot be searched."""
+    words = np.frombuffer(hashlib.shake_256(purpose + key).digest(4 * MT_WORDS), "<u4")
+    state = torch.Generator().get_state().numpy().copy()  # fresh: no cached normals
+    state[MT_OFFSET : MT_OFFSET + 8 * MT_WORDS] = words.astype("<u8").view(np.uint8)
+    generator.set_state(torch.from_numpy(state))
+    return generator

@@ -1,31 +1,45 @@
-"""Checkpoints inside DP fine-tuning: the weights and Adam moments after a step, as safetensors.
+"""Checkpoints inside DP fine-tuning: the weights and Adam moments after a step, in one
+safetensors file.
 
 Both are functions of the noisy (released) gradients only, so they are as public as the final
-model. Nothing random is saved: the sampling and noise generators are reseeded with a fresh
-key from the run's noise source at every step, so a seeded run resumes onto the same stream
-and an unseeded one draws new noise without its old noise ever reaching the disk.
+model. Nothing random is saved: the sampling and noise generators are keyed afresh from the
+run's noise source at every step, so a seeded run resumes onto the same stream and an
+unseeded one draws new noise without its old noise ever reaching the disk.
 
-A state on disk is a release of the steps that made it: a resumed run adopts the newest one,
-committed or not, rather than redraw those steps under their journaled charges (which would
-put two independent draws of the same charged steps on disk).
+A state on disk is a release of the steps that made it, so a state appears whole or not at
+all: it is written to a file with no name (O_TMPFILE) and linked into place once complete, and
+a resumed run adopts the newest one, committed or not, rather than draw those steps again
+under their journaled charges (which would put two draws of the same charged steps on disk).
+Where the file system has no unnamed files, a named temporary file stands in; a resumed run
+that finds one charges again every step it redraws (`Recovered.drawn_beyond`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors import safe_open
+from safetensors.torch import save
 from torch import nn
 
+from dpsynth.errors import InputError
 from dpsynth.privacy.journal import fsync_folder
 
-_PREFIX = "step-"
+_PREFIX, _SUFFIX, _PARTIAL = "step-", ".safetensors", ".tmp"
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """Where training goes on: the newest whole state's step, and whether a partly written
+    state of a later step was found (its steps were drawn and may have been seen)."""
+
+    step: int
+    drawn_beyond: bool
 
 
 @dataclass(frozen=True)
@@ -43,66 +57,117 @@ class TrainingCheckpoints:
     resume_step: int = 0
 
     def path(self, step: int) -> Path:
-        return self.folder / f"{_PREFIX}{step:06d}"
+        return self.folder / f"{_PREFIX}{step:06d}{_SUFFIX}"
 
     def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Write durably and atomically (a folder fsynced, then renamed into place), commit,
-        then drop older states."""
-        target, tmp = self.path(step), self.folder / f".{_PREFIX}{step:06d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        save_model(model, str(tmp / "model.safetensors"))
-        tensors, meta = _optimizer_tensors(optimizer)
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-        (tmp / "optimizer.json").write_text(json.dumps(meta), encoding="utf-8")
-        for written in tmp.iterdir():
-            with open(written, "rb") as handle:
-                os.fsync(handle.fileno())
-        fsync_folder(tmp)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        fsync_folder(self.folder)
+        """Publish the state whole, commit, then drop older states."""
+        tensors = {f"model/{name}": t for name, t in _distinct(model.state_dict()).items()}
+        moments, meta = _optimizer_tensors(optimizer)
+        tensors.update({f"optimizer/{name}": t for name, t in moments.items()})
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _publish(self.path(step), save(tensors, metadata={"optimizer": json.dumps(meta)}))
         self.committed(step)
-        self._remove_all_but(target)
+        self._remove_all_but(self.path(step))
 
-    def recover(self) -> int:
-        """The step training goes on from: the newest state renamed into place, which may be
-        newer than `resume_step` when a kill came between writing it and committing it. Its
-        weights reached the disk, so the steps that made them are spent and are adopted, not
-        redrawn. Partly written (temporary) folders and older states are removed."""
-        steps = [int(p.name[len(_PREFIX):]) for p in self.folder.glob(f"{_PREFIX}*")
-                 if p.is_dir() and p.name[len(_PREFIX):].isdigit()]
-        newest = max([s for s in steps if s > self.resume_step], default=self.resume_step)
-        if newest == 0:
-            self._remove_all_but(None)
-            return 0
-        if not self.path(newest).is_dir():
-            raise FileNotFoundError(f"{self.path(newest)}: no training state for step {newest}")
-        self._remove_all_but(self.path(newest))
-        return newest
+    def recover(self) -> Recovered:
+        """The newest whole state, which may be newer than `resume_step` when a kill came
+        between writing it and committing it: its weights reached the disk, so the steps that
+        made them are spent and are adopted, not drawn again. Other states go."""
+        whole = [_step(p) for p in self.folder.glob(f"{_PREFIX}*{_SUFFIX}")]
+        partial = [_step(p) for p in self.folder.glob(f".{_PREFIX}*{_PARTIAL}")]
+        newest = max([s for s in whole if s > self.resume_step], default=self.resume_step)
+        if newest and not self.path(newest).is_file():
+            raise InputError(f"{self.path(newest)}: the training state this run resumes from "
+                             "is missing (removed, or written by another dpsynth version): "
+                             "use a new output folder")
+        self._remove_all_but(self.path(newest) if newest else None)
+        return Recovered(newest, any(s > newest for s in partial))
+
+    def load_weights(self, model: nn.Module) -> None:
+        """The weights saved for `resume_step` (the final state, when exporting)."""
+        self._load(self.resume_step, model)
+
+    def load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        meta = self._load(step, model)
+        tensors = self._tensors(step, "optimizer/")
+        state = {int(i): {k: tensors[f"{i}.{k}"] for k in keys} for i, keys in meta.items()}
+        optimizer.load_state_dict({"state": state,
+                                   "param_groups": optimizer.state_dict()["param_groups"]})
+
+    def _load(self, step: int, model: nn.Module) -> dict[str, list[str]]:
+        """Load the weights of `step` into `model`; returns the optimizer's layout."""
+        _, unexpected = model.load_state_dict(self._tensors(step, "model/"), strict=False)
+        if unexpected:
+            raise InputError(f"{self.path(step)}: holds weights the model does not have "
+                             f"({unexpected[:3]}): use a new output folder")
+        with safe_open(self._source(step), "pt") as state:
+            return json.loads(state.metadata()["optimizer"])
+
+    def _tensors(self, step: int, prefix: str) -> dict[str, torch.Tensor]:
+        with safe_open(self._source(step), "pt") as state:
+            names = [n for n in state.keys() if n.startswith(prefix)]  # noqa: SIM118
+            return {name[len(prefix):]: state.get_tensor(name) for name in names}
+
+    def _source(self, step: int) -> Path:
+        source = self.path(step)
+        if not source.is_file():
+            raise InputError(f"{source}: no training state for step {step}: use a new output "
+                             "folder")
+        return source
 
     def _remove_all_but(self, keep: Path | None) -> None:
         for state in [*self.folder.glob(f"{_PREFIX}*"), *self.folder.glob(f".{_PREFIX}*")]:
             if state != keep:
-                shutil.rmtree(state, ignore_errors=True)
+                state.unlink(missing_ok=True)
 
-    def load_weights(self, model: nn.Module) -> None:
-        """The weights saved for `resume_step` (the final state, when exporting)."""
-        source = self.path(self.resume_step) / "model.safetensors"
-        if not source.is_file():
-            raise FileNotFoundError(f"{source}: no training state for step {self.resume_step}")
-        load_model(model, str(source))
 
-    def load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        source = self.path(step)
-        if not source.is_dir():
-            raise FileNotFoundError(f"{source}: no training state for step {step}")
-        load_model(model, str(source / "model.safetensors"))
-        meta = json.loads((source / "optimizer.json").read_text(encoding="utf-8"))
-        tensors = load_file(str(source / "optimizer.safetensors"))
-        state = {int(i): {k: tensors[f"{i}.{k}"] for k in keys} for i, keys in meta.items()}
-        optimizer.load_state_dict({"state": state,
-                                   "param_groups": optimizer.state_dict()["param_groups"]})
+def _publish(target: Path, payload: bytes) -> None:
+    """`payload` at `target`, whole or not at all, durably: written to a file with no name,
+    fsynced, then linked into place, so a kill before the link leaves nothing on disk; where
+    the file system cannot, a named temporary file (`.NAME.tmp`) renamed into place."""
+    try:
+        fd = os.open(target.parent, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except (AttributeError, OSError):
+        fd = None
+    linked = False
+    if fd is not None:
+        try:
+            _write_all(fd, payload)
+            target.unlink(missing_ok=True)
+            os.link(f"/proc/self/fd/{fd}", target, follow_symlinks=True)
+            linked = True
+        except OSError:  # no /proc to link through: the named file below
+            pass
+        finally:
+            os.close(fd)
+    if not linked:
+        partial = target.with_name(f".{target.stem}{_PARTIAL}")
+        with open(partial, "wb") as handle:
+            _write_all(handle.fileno(), payload)
+        os.replace(partial, target)
+    fsync_folder(target.parent)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def _step(path: Path) -> int:
+    return int(path.name.lstrip(".")[len(_PREFIX):].split(".")[0])
+
+
+def _distinct(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One name per storage: tied weights are saved once (loading one name fills both)."""
+    seen: dict[int, str] = {}
+    out = {}
+    for name, tensor in state.items():
+        if tensor.data_ptr() not in seen:
+            seen[tensor.data_ptr()] = name
+            out[name] = tensor.detach().contiguous()
+    return out
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor],

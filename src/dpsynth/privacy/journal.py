@@ -20,6 +20,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,10 +102,13 @@ class Journal:
         if recorded._terms() != header._terms():
             changed = [i for i, (was, now) in enumerate(zip(recorded._terms(), header._terms(),
                                                             strict=True)) if was != now]
+            older = (" (an older dpsynth's journal, which does not say which column made a "
+                     "user; a finished run's outputs there stand as they are)"
+                     if re.fullmatch(r"user:\d+", recorded.unit) else "")
             raise InputError(
                 f"{path.parent.parent}: its releases were made with "
-                f"{', '.join(recorded._shown()[i] for i in changed)}; this config asks for "
-                f"{', '.join(header._shown()[i] for i in changed)}: use a new output folder")
+                f"{', '.join(recorded._shown()[i] for i in changed)}{older}; this config asks "
+                f"for {', '.join(header._shown()[i] for i in changed)}: use a new output folder")
         if torn:
             log.warning("%s: dropping a line a crash left half written", path.name)
             _atomic_write(path, lines)

@@ -190,6 +190,15 @@ class PrivacyLedger:
         order, by a run resuming where they were made."""
         self._pending = deque(releases)
 
+    def end_replay(self, why: str) -> None:
+        """Charge anew whatever is asked for from here on, even a repeat of a recorded
+        release, whose charge stays on the ledger: for outputs that may have been seen
+        outside the journal, so that drawing them again is a second release."""
+        if self._pending:
+            log.warning("%s: the %d recorded release(s) not replayed stay charged, and what is "
+                        "drawn again is charged again", why, len(self._pending))
+        self._pending.clear()
+
     def _replayed(self, stage: str, event: dp_event.DpEvent) -> Journaled | None:
         """The next recorded release when this call repeats it; otherwise the replay ends
         (its charges stay on the ledger) and None."""
