@@ -78,3 +78,22 @@ def test_an_unexpected_error_says_where_it_arose_not_what_it_quoted(private_conf
     monkeypatch.setenv("DPSYNTH_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match=CANARIES[1].split()[0]):
         main(argv)
+
+
+def test_an_error_outside_exception_is_shown_without_its_message_too(private_config, capsys,
+                                                                      monkeypatch):
+    """BaseException subclasses other than Ctrl-C and exit (asyncio's CancelledError, say)
+    would reach Python's default hook, which prints their message."""
+    import asyncio
+
+    from dpsynth.methods.registry import RECIPES
+
+    def cancelled(self, ctx):
+        raise asyncio.CancelledError(CANARIES[2])
+
+    monkeypatch.setattr(RECIPES["dpga"], "run", cancelled)
+    with pytest.raises(SystemExit) as done:
+        main(["run", str(private_config / "run.yaml")])
+    assert done.value.code == 1
+    err = capsys.readouterr().err
+    assert "CancelledError" in err and CANARIES[2].split()[0] not in err

@@ -260,7 +260,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(1)
-    except Exception as exc:  # click's usage errors carry their own exit code
+    except BaseException as exc:  # click's usage errors carry their own exit code
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
         code = getattr(exc, "exit_code", None)
         if code is not None and hasattr(exc, "show"):
             exc.show()
