@@ -118,6 +118,27 @@ def test_kill_and_resume_gives_the_uninterrupted_output(tmp_path, tickets, decod
     assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]
 
 
+@pytest.mark.parametrize("label_fraction", [0.05, 0.0])
+def test_the_output_follows_the_dp_label_histogram(tmp_path, tickets, decoder_dir,
+                                                    label_fraction):
+    """Five records in eight are billing: the output is mostly billing too (a DP label
+    histogram, charged), or split evenly with label_fraction 0 (nothing charged for it)."""
+    kept = [(t, y) for i, (t, y) in enumerate(zip(*tickets, strict=True))
+            if y == "billing" or (i // 4) % 5 == 0]
+    skewed = ([t for t, _ in kept], [y for _, y in kept])
+    outputs = run(make_config(tmp_path, skewed, decoder_dir, n_output=40,
+                              label_fraction=label_fraction),
+                  embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+    shares = pd.read_csv(outputs.synthetic)["label"].value_counts(normalize=True)
+    stages = json.loads(outputs.privacy.read_text())["breakdown"]
+    if label_fraction:
+        assert stages["label_histogram"]["releases"] == 1
+        assert shares["billing"] > 0.5
+    else:
+        assert "label_histogram" not in stages
+        assert shares["billing"] < 0.4
+
+
 def test_plan_bounds_the_iterations_by_the_budget(tickets):
     from dpsynth.data import PrivateDataset
     from dpsynth.methods.eda import Eda

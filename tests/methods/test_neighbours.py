@@ -245,7 +245,8 @@ def test_recipes_that_count_one_vote_per_unit_refuse_k_above_one_before_releasin
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_record_more_moves_eda_within_its_charge(tmp_path, monkeypatch, tiny_inversion,
                                                      kind):
-    """eda's selections are charged as monotone LimitedDomain: on D' no count falls."""
+    """eda's selections are charged as monotone LimitedDomain: on D' no count falls; its
+    label histogram moves by one record's count."""
     from functools import partial
 
     from tests.methods.test_eda import PARAMS as EDA
@@ -255,4 +256,6 @@ def test_one_record_more_moves_eda_within_its_charge(tmp_path, monkeypatch, tiny
         seen = check_neighbours(tmp_path, monkeypatch, "eda",
                                 {**EDA, "decoder": str(tiny_inversion[1])}, kind, False, 1,
                                 embedder=partial(HashEmbedder, INVERSION_DIM))
-    assert seen and all(s.mechanism.inner.monotonic for s in seen)
+    selections = [s for s in seen if s.stage == "selection"]
+    assert selections and all(s.mechanism.inner.monotonic for s in selections)
+    assert [s.stage for s in seen].count("label_histogram") == 1

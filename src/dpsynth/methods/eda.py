@@ -14,7 +14,8 @@ text stand nearer the DP-selected point.
 
 Per label: a private record votes only among its own label's population, each label has its
 own parents and Gaussian, and the labels' selections compose in parallel (one charge per
-iteration). N_pb, N_cld and the output size are split evenly over the labels.
+iteration). N_pb and N_cld are split evenly over the labels, the output by a DP label
+histogram (`label_fraction` of the budget), as every other recipe's is.
 
 Everything kept between iterations is public: the Gaussian (from DP-selected parents), the
 decoded parents, and the seed of the public randomness that draws each population, so a
@@ -36,6 +37,7 @@ from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, labe
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.eda import GaussianModel, estimate
 from dpsynth.ops.limited_domain import dp_select_parents
+from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
 from dpsynth.privacy.planning import StageSpec
 
@@ -64,6 +66,9 @@ class EdaParams(BaseModel):
     text_words: int = Field(20, ge=1, description="length of the generator-written initial "
                             "texts")
     n_output: int = Field(1_000, ge=1, description="synthetic texts, all labels")
+    label_fraction: float = Field(0.05, ge=0, lt=1, description="budget share of a DP label "
+                                  "histogram that gives each label its share of the output; "
+                                  "0 splits the output evenly")
     decoder: str | None = Field(None, description="inversion decoder folder; the shipped one "
                                 "when omitted")
     decode_samples: int = Field(8, ge=0, description="sampled hypotheses per decoded "
@@ -86,13 +91,23 @@ class Eda(IterativeRecipe):
     Params: ClassVar[type[BaseModel]] = EdaParams
     params: EdaParams
 
+    def _allocated(self, private: PrivateDataset) -> bool:
+        return bool(self.params.label_fraction) and private.has_labels
+
     def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
-        """One LimitedDomain selection per iteration; each spends δ₀ outside the PLD. Vote
-        counts only grow when a record is added: the monotone LimitedDomain applies."""
+        """The label histogram, then one LimitedDomain selection per iteration; each
+        selection spends δ₀ outside the PLD. Vote counts only grow when a record is added:
+        the monotone LimitedDomain applies."""
         p = self.params
-        return [StageSpec("selection", "limited_domain", 1.0, compositions=p.iterations,
-                          selections=p.n_parents, domain_size=p.domain_size,
-                          delta=p.delta_share * delta / p.iterations, monotonic=True)]
+        stages = []
+        if self._allocated(private):
+            stages.append(StageSpec("label_histogram", "laplace", p.label_fraction,
+                                    sensitivity=private.records_per_unit))
+        share = 1.0 - (p.label_fraction if self._allocated(private) else 0.0)
+        return [*stages, StageSpec("selection", "limited_domain", share,
+                                   compositions=p.iterations, selections=p.n_parents,
+                                   domain_size=p.domain_size,
+                                   delta=p.delta_share * delta / p.iterations, monotonic=True)]
 
     def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
         return {"generate": self.params.n_public}
@@ -154,8 +169,12 @@ class Eda(IterativeRecipe):
         return self._output(ctx, state, label_groups(ctx.private))
 
     def _initial(self, ctx: RunContext, groups: list[str | None]) -> dict[str, Any]:
-        """N_pb public texts written from the label names alone; H from their decodings."""
+        """The output's label shares (a DP label histogram, or even); N_pb public texts
+        written from the label names alone; H from their decodings."""
         p = self.params
+        shares = (dp_label_distribution(ctx.private, ctx.plan.stage("label_histogram")
+                                        .mechanism, ctx.ledger, ctx.noise)
+                  if self._allocated(ctx.private) else np.full(len(groups), 1.0 / len(groups)))
         sizes = _even(p.n_public, len(groups))
         conditions = [Condition(label=g, length=p.text_words)
                       for g, n in zip(groups, sizes, strict=True) for _ in range(int(n))]
@@ -171,7 +190,8 @@ class Eda(IterativeRecipe):
             scores = self._scorer.perplexity(decoded)
             threshold = float(np.quantile(scores, p.perplexity_quantile)) if len(scores) \
                 else float("inf")
-        return {"public": public, "threshold": threshold, "models": [None] * len(groups),
+        return {"shares": shares.tolist(), "public": public, "threshold": threshold,
+                "models": [None] * len(groups),
                 "parents": [[] for _ in groups], "stopped": [not t for t in public],
                 "history": []}
 
@@ -221,9 +241,10 @@ class Eda(IterativeRecipe):
 
     def _output(self, ctx: RunContext, state: dict[str, Any],
                 groups: list[str | None]) -> SyntheticSet:
-        """Each label's last S_syn, topped up with readable decodings of draws from its last
-        Gaussian; a label never selected from falls back to decodings of its public texts."""
-        quotas = _even(self.params.n_output, len(groups))
+        """Each label's share of the output: its last S_syn, topped up with readable
+        decodings of draws from its last Gaussian; a label never selected from falls back to
+        decodings of its public texts."""
+        quotas = allocate(self.params.n_output, np.asarray(state["shares"]))
         texts: list[str] = []
         labels: list[str | None] = []
         for g, quota in enumerate(quotas):
