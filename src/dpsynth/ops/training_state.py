@@ -85,35 +85,33 @@ class TrainingCheckpoints:
 
     def load_weights(self, model: nn.Module) -> None:
         """The weights saved for `resume_step` (the final state, when exporting)."""
-        self._load(self.resume_step, model)
+        self._load_model(self.resume_step, self._read(self.resume_step)[0], model)
 
     def load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        meta = self._load(step, model)
-        tensors = self._tensors(step, "optimizer/")
-        state = {int(i): {k: tensors[f"{i}.{k}"] for k in keys} for i, keys in meta.items()}
+        tensors, meta = self._read(step)
+        self._load_model(step, tensors, model)
+        state = {int(i): {k: tensors[f"optimizer/{i}.{k}"] for k in keys}
+                 for i, keys in meta.items()}
         optimizer.load_state_dict({"state": state,
                                    "param_groups": optimizer.state_dict()["param_groups"]})
 
-    def _load(self, step: int, model: nn.Module) -> dict[str, list[str]]:
-        """Load the weights of `step` into `model`; returns the optimizer's layout."""
-        _, unexpected = model.load_state_dict(self._tensors(step, "model/"), strict=False)
-        if unexpected:
-            raise InputError(f"{self.path(step)}: holds weights the model does not have "
-                             f"({unexpected[:3]}): use a new output folder")
-        with safe_open(self._source(step), "pt") as state:
-            return json.loads(state.metadata()["optimizer"])
-
-    def _tensors(self, step: int, prefix: str) -> dict[str, torch.Tensor]:
-        with safe_open(self._source(step), "pt") as state:
-            names = [n for n in state.keys() if n.startswith(prefix)]  # noqa: SIM118
-            return {name[len(prefix):]: state.get_tensor(name) for name in names}
-
-    def _source(self, step: int) -> Path:
+    def _read(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
+        """The state of `step`: its tensors by saved name, and the optimizer's layout."""
         source = self.path(step)
         if not source.is_file():
             raise InputError(f"{source}: no training state for step {step}: use a new output "
                              "folder")
-        return source
+        with safe_open(source, "pt") as state:
+            tensors = {name: state.get_tensor(name) for name in state.keys()}  # noqa: SIM118
+            return tensors, json.loads(state.metadata()["optimizer"])
+
+    def _load_model(self, step: int, tensors: dict[str, torch.Tensor], model: nn.Module) -> None:
+        weights = {name[len("model/"):]: t for name, t in tensors.items()
+                   if name.startswith("model/")}
+        _, unexpected = model.load_state_dict(weights, strict=False)
+        if unexpected:
+            raise InputError(f"{self.path(step)}: holds weights the model does not have "
+                             f"({unexpected[:3]}): use a new output folder")
 
     def _remove_all_but(self, keep: Path | None) -> None:
         for state in [*self.folder.glob(f"{_PREFIX}*"), *self.folder.glob(f".{_PREFIX}*")]:
