@@ -104,7 +104,8 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         store = CheckpointStore(config.output.dir / "checkpoints")
         ledger = _journal_ledger(journal)
         try:
-            ledger, noise, resumed = _restore(journal, store.latest(), config)
+            ledger, noise, resumed = _restore(journal, store.latest(), config,
+                                              run_plan.recipe.state_version)
             outputs = _run(config, run_plan, journal, ledger, noise, resumed, store,
                            embedder, generator)
         except BaseException as exc:
@@ -152,6 +153,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
                      embedder=embedder, generator=generator, checkpoints=store, seed=seed,
                      plan=run_plan.budget, label_names=config.data.label_names or {},
                      report=report, resumed=resumed[:2] if resumed else None,
+                     state_version=run_plan.recipe.state_version,
                      allow_remote_embedding=backends.embedder.allow_remote_on_private,
                      cluster=_cluster(config), search=backends.executor.search)
     with ray_session(backends.executor):
@@ -191,10 +193,12 @@ def _seeded(cfg: GeneratorConfig, seed: int) -> GeneratorConfig:
     return cfg if cfg.seed is not None else cfg.model_copy(update={"seed": seed})
 
 
-def _restore(journal: Journal, latest: tuple[int, dict[str, Any]] | None, config: RunConfig
+def _restore(journal: Journal, latest: tuple[int, dict[str, Any]] | None, config: RunConfig,
+             state_version: int
              ) -> tuple[PrivacyLedger, NoiseSource, tuple[int, dict, dict] | None]:
     """The ledger holds every release the folder's journal recorded, whether or not a
-    checkpoint followed it; those made after the latest checkpoint are replayed.
+    checkpoint followed it; those made after the latest checkpoint are replayed. A checkpoint
+    of another state layout (`Recipe.state_version`; none written means 1) is refused.
 
     Returns the ledger, the noise source and, when resuming, (step, recipe state, envelope).
     """
@@ -204,6 +208,11 @@ def _restore(journal: Journal, latest: tuple[int, dict[str, Any]] | None, config
     position, resumed = 0, None
     if latest is not None:
         step, envelope = latest
+        if envelope.get("state_version", 1) != state_version:
+            raise InputError(f"{config.output.dir}: its checkpoints hold {config.recipe.name} "
+                             "state in another layout (written by another dpsynth version); "
+                             "the outputs of a finished run there stand as they are, an "
+                             "unfinished one cannot resume: use a new output folder")
         position = len(envelope["ledger"]["charges"])
         recorded = [r.charge.to_json() for r in journal.releases[:position]]
         if recorded != envelope["ledger"]["charges"]:

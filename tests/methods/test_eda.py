@@ -118,15 +118,43 @@ def test_kill_and_resume_gives_the_uninterrupted_output(tmp_path, tickets, decod
     assert resumed.ledger.to_dict()["charges"] == whole.ledger.to_dict()["charges"]
 
 
+def test_a_checkpoint_of_an_older_state_layout_is_refused_before_any_release(
+        tmp_path, tickets, decoder_dir, monkeypatch):
+    """A folder an older eda stopped mid-run holds no label shares: resuming must say so,
+    not fail on a missing key after releasing more."""
+    from dpsynth.errors import InputError
+    from dpsynth.methods import eda
+
+    config = make_config(tmp_path, tickets, decoder_dir, out="old")
+    def crash(*_args, **_kwargs):
+        raise _Crash
+
+    monkeypatch.setattr(eda, "estimate", crash)
+    with pytest.raises(_Crash):
+        run(config, embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+    monkeypatch.undo()
+    for path in (tmp_path / "old" / "checkpoints").glob("step-*.json"):
+        saved = json.loads(path.read_text())
+        del saved["state"]["state_version"], saved["state"]["recipe"]["shares"]
+        path.write_text(json.dumps(saved))
+    journal = tmp_path / "old" / "checkpoints" / "releases.jsonl"
+    before = journal.read_text()
+    with pytest.raises(InputError, match="another layout.*use a new output folder"):
+        run(config, embedder=HashEmbedder(DIM), generator=RecordingGenerator())
+    assert journal.read_text() == before
+
+
 @pytest.mark.parametrize("label_fraction", [0.05, 0.0])
 def test_the_output_follows_the_dp_label_histogram(tmp_path, tickets, decoder_dir,
                                                     label_fraction):
     """Five records in eight are billing: the output is mostly billing too (a DP label
-    histogram, charged), or split evenly with label_fraction 0 (nothing charged for it)."""
+    histogram, charged), or split evenly with label_fraction 0 (nothing charged for it).
+    ε = 20 puts the histogram's Laplace scale at 1 a count (at ε = 8 it is 2.5 on counts
+    of about 10, and the billing share fell to one half in a run of five)."""
     kept = [(t, y) for i, (t, y) in enumerate(zip(*tickets, strict=True))
             if y == "billing" or (i // 4) % 5 == 0]
     skewed = ([t for t, _ in kept], [y for _, y in kept])
-    outputs = run(make_config(tmp_path, skewed, decoder_dir, n_output=40,
+    outputs = run(make_config(tmp_path, skewed, decoder_dir, epsilon=20.0, n_output=40,
                               label_fraction=label_fraction),
                   embedder=HashEmbedder(DIM), generator=RecordingGenerator())
     shares = pd.read_csv(outputs.synthetic)["label"].value_counts(normalize=True)

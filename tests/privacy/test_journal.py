@@ -112,6 +112,14 @@ def test_another_budget_noise_mode_or_unit_is_refused(tmp_path, other):
         Journal.open(path, other)
 
 
+def test_a_refused_delta_reads_differently_from_the_asked_one(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    Journal.open(path, JournalHeader(2.0, 1.23456e-5, 11, "cryptographic", "record")).close()
+    with pytest.raises(InputError) as refused:
+        Journal.open(path, JournalHeader(2.0, 1.23457e-5, 11, "cryptographic", "record"))
+    assert "made with δ=1.23456e-05; this config asks for δ=1.23457e-05" in str(refused.value)
+
+
 def test_the_first_public_seed_is_kept(tmp_path):
     path = tmp_path / "releases.jsonl"
     Journal.open(path, HEADER).close()

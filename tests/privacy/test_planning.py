@@ -48,6 +48,24 @@ def test_plan_with_limited_domain_reserves_its_delta():
         plan_budget(2.0, 4e-6, stages, discretization=COARSE)
 
 
+@pytest.mark.parametrize("tighten", [True, False])
+def test_stages_that_compose_past_a_large_budget_get_more_noise_not_a_refusal(tighten):
+    """At ε = 40 a histogram and a LimitedDomain selection, each calibrated to its share,
+    compose to ε ≈ 41: the plan raises their noise until the ledger fits them."""
+    stages = [StageSpec("histogram", "laplace", 0.05),
+              StageSpec("select", "limited_domain", 0.95, compositions=3, selections=4,
+                        domain_size=20, delta=6.26e-4, monotonic=True)]
+    plan = plan_budget(40.0, 3.756e-3, stages, tighten=tighten, discretization=COARSE)
+    calibrated_alone = plan_budget(40.0 * 0.05, 3.756e-3 * 0.05, stages[:1],
+                                   discretization=COARSE).stages[0].noise_scale
+    assert plan.stage("histogram").noise_scale > calibrated_alone
+    ledger = PrivacyLedger(40.0, 3.756e-3, discretization=COARSE)
+    for stage in plan.stages:
+        for _ in range(stage.spec.compositions):
+            ledger.charge(stage.spec.name, stage.mechanism.event)
+    assert 39.0 < ledger.spent() <= 40.0
+
+
 def test_plan_rejects_bad_fractions_and_names():
     with pytest.raises(ValueError, match="sum to"):
         plan_budget(1.0, 1e-5, [StageSpec("a", "laplace", 0.7), StageSpec("b", "laplace", 0.7)])

@@ -138,6 +138,21 @@ def test_missing_parts_degrade_to_notes(tmp_path):
     assert "hello there" in _section(page, "samples")
 
 
+@pytest.mark.parametrize("fmt", ["tsv", "jsonl", "parquet", "hf"])
+def test_the_synthetic_set_is_found_in_every_output_format(tmp_path, fmt):
+    if fmt == "hf":
+        pytest.importorskip("datasets")
+    import pandas as pd
+
+    from dpsynth.data import write_table
+
+    write_table(pd.DataFrame({"text": ["hello there", "another text"], "label": ["a", "b"]}),
+                tmp_path / f"synthetic.{fmt}", fmt)
+    assert "synthetic" not in load_run(tmp_path).missing
+    assert "hello there" in _section(write_report(tmp_path).read_text(encoding="utf-8"),
+                                     "samples")
+
+
 def test_stored_ledger_figures_are_read_when_no_charges_are_recorded(stored_ledger):
     spend = read_privacy(stored_ledger)
     assert (spend.budget_epsilon, spend.spent_epsilon) == (4.0, 3.91)

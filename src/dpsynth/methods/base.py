@@ -67,6 +67,8 @@ class RunContext:
     `generator` already asks by these names; a recipe that conditions a model of its own
     (ctcl, dpft) names its labels with `label_name`."""
 
+    state_version: int = 1
+    """The recipe's `state_version`, written into every checkpoint."""
     cluster: Cluster | None = None
     """The Ray cluster's workers that embed and hold the private records (`backends.executor:
     ray`; `dpsynth.ops.sharded`), for voters and PATE teachers; None: embedded here, by
@@ -134,8 +136,9 @@ class RunContext:
     def save(self, step: int, state: dict[str, Any]) -> None:
         """Checkpoint the recipe's public state with the ledger, the noise stream and the
         generator's cache numbering."""
-        envelope = {"recipe": state, "ledger": self.ledger.to_dict(),
-                    "noise": self.noise.state_dict(), "public_seed": self.seed}
+        envelope = {"recipe": state, "state_version": self.state_version,
+                    "ledger": self.ledger.to_dict(), "noise": self.noise.state_dict(),
+                    "public_seed": self.seed}
         if hasattr(self.generator, "state_dict"):
             envelope["generator"] = self.generator.state_dict()
         self.checkpoints.save(step, envelope)
@@ -148,6 +151,9 @@ class Recipe(ABC):
     Params: ClassVar[type[BaseModel]]
     one_record_per_unit: ClassVar[bool] = False
     """Recipes whose releases count one vote or one clipped gradient per unit need k = 1."""
+    state_version: ClassVar[int] = 1
+    """Raised when the checkpointed state's layout changes: a resumed run refuses a
+    checkpoint of another layout instead of misreading it."""
     uses_backend_generator: ClassVar[bool] = True
     """False for recipes that sample a model of their own (ctcl, dpft: the DP fine-tuned LM):
     `backends.generator` is then neither probed nor asked for anything."""

@@ -88,6 +88,7 @@ class EdaParams(BaseModel):
 class Eda(IterativeRecipe):
     name: ClassVar[str] = "eda"
     one_record_per_unit: ClassVar[bool] = True
+    state_version: ClassVar[int] = 2  # 2: the output's label shares
     Params: ClassVar[type[BaseModel]] = EdaParams
     params: EdaParams
 

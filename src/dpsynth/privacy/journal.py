@@ -57,8 +57,9 @@ class JournalHeader:
         return self.epsilon, self.delta, self.noise, self.unit
 
     def _shown(self) -> tuple[str, ...]:
-        """`_terms` as a refusal names them."""
-        return (f"ε={self.epsilon:g}", f"δ={self.delta:.3g}", f"noise {self.noise}",
+        """`_terms` as a refusal names them, each number in full: two budgets refused as
+        different must not read the same."""
+        return (f"ε={self.epsilon!r}", f"δ={self.delta!r}", f"noise {self.noise}",
                 f"unit {self.unit}")
 
 

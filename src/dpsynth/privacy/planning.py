@@ -203,9 +203,10 @@ def plan_budget(epsilon: float, delta: float, stages: list[StageSpec], *,
                                          for s, a in zip(stages, alone, strict=True)])
 
     factor = 1.0
-    if tighten or fixed:
-        found = calibrate(composed, epsilon, delta, discretization=discretization, start=1.0)
-        factor = found if fixed else min(1.0, found)
+    if tighten or fixed or epsilon_of(composed(factor), delta, discretization) > epsilon:
+        # Stages calibrated alone may also compose past ε (at ε = 40, a LimitedDomain
+        # selection beside a histogram did): the common factor then grows above 1.
+        factor = calibrate(composed, epsilon, delta, discretization=discretization, start=1.0)
     total = epsilon_of(composed(factor), delta, discretization)
     if not total <= epsilon:
         raise RuntimeError(f"plan spends ε={total} > {epsilon}; refusing it")

@@ -4,7 +4,8 @@ A run folder holds (see docs/evaluation.md):
 - `privacy.json`: the privacy ledger (`dpsynth.privacy-ledger/1`: budget, spent, breakdown
   per stage, and the recorded charges);
 - `metrics.jsonl`: one JSON object per iteration, with an `iteration` key and numbers;
-- `synthetic.<csv|jsonl|parquet|tsv>`: the synthetic set;
+- `synthetic.<csv|tsv|jsonl|parquet|hf>`: the synthetic set (`hf`: a saved Hugging Face
+  dataset, a folder);
 - `config.json` (the resolved run config) and `usage.json` (generator and embedder calls,
   tokens, cost);
 - `eval/metrics.json` and `eval/figures.json`: written by `dpsynth eval --output RUN/eval`.
@@ -18,13 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpsynth.data.io import FORMATS
 from dpsynth.errors import DpsynthError, InputError
 from dpsynth.evaluate.result import FIGURES_FILE, METRICS_FILE, EvalResult
 from dpsynth.evaluate.tables import TextTable, read_text_table
 
 log = logging.getLogger(__name__)
 
-SYNTHETIC_NAMES = ("synthetic.csv", "synthetic.jsonl", "synthetic.parquet", "synthetic.tsv")
+SYNTHETIC_NAMES = tuple(f"synthetic.{fmt}" for fmt in FORMATS)
+"""Every name `dpsynth run` may give its synthetic set, one per `output.format`."""
 
 
 @dataclass(frozen=True)
