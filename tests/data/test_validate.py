@@ -95,5 +95,31 @@ def test_drop_without_users_is_a_config_error():
 def test_label_count_row_refers_to_the_file_after_dropping_duplicates():
     table = pd.DataFrame({"text": ["a", "a", "b", "c", "d", "e"],
                           "label": ["x", "x", "x", "y", "y", "z"], "user": list("uuvwxy")})
-    with pytest.raises(DataError, match=r"row 6, field 'label': the label has 1 example"):
-        validate(table, spec(duplicates="drop", user_column="user"), "p.csv")
+    from dpsynth.data.load import load_private
+
+    with pytest.raises(DataError, match=r"row 6, field 'label': the label has 1 user"):
+        load_private(spec(duplicates="drop", user_column="user"), frame=table)
+
+
+def test_a_label_counts_users_not_records_so_one_user_cannot_add_it():
+    """Without data.labels the label set is read from the data: one user's two records of a
+    label of their own must not put it there (a user-level neighbour would then differ in
+    its label set, which no charge covers)."""
+    from dpsynth.data.load import load_private
+
+    crowd = pd.DataFrame({"text": [f"common text {i}" for i in range(20)],
+                          "label": ["a", "b"] * 10, "user": [f"u{i}" for i in range(20)]})
+    victim = pd.DataFrame({"text": ["rare one", "rare two"], "label": ["z", "z"],
+                           "user": ["victim", "victim"]})
+    users = DataConfig(path="p.csv", label_column="label", user_column="user",
+                       max_records_per_user=2)
+    assert load_private(users, frame=crowd).label_names == ("a", "b")
+    with pytest.raises(DataError, match=r"row 21, field 'label': the label has 1 user\(s\) "
+                       r"after data.max_records_per_user, fewer than "
+                       r"data.min_examples_per_label=2") as info:
+        load_private(users, frame=pd.concat([crowd, victim], ignore_index=True))
+    assert "rare" not in str(info.value) and "'z'" not in str(info.value)
+    # a second user holding the label makes it a label of the data
+    other = victim.assign(user=["victim", "other"])
+    both = load_private(users, frame=pd.concat([crowd, other], ignore_index=True))
+    assert both.label_names == ("a", "b", "z")

@@ -11,7 +11,7 @@ from dpsynth.data.bounding import bound_contributions
 from dpsynth.data.config import DataConfig
 from dpsynth.data.io import read_table
 from dpsynth.data.private import PrivateDataset
-from dpsynth.data.validate import validate
+from dpsynth.data.validate import check_label_units, validate
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +36,19 @@ def load_private(spec: DataConfig, base_dir: Path | None = None,
     truncated, duplicate or bounded-away records depend on the data and are not logged.
     """
     if frame is not None:
-        table = validate(frame, spec, source=IN_MEMORY)
+        source = IN_MEMORY
+        table = validate(frame, spec, source)
     else:
         path = resolve_path(spec, base_dir)
-        table = validate(read_table(path, spec.format), spec, source=str(path))
+        source = str(path)
+        table = validate(read_table(path, spec.format), spec, source)
     texts, labels, units = table.texts, table.labels, None
     if table.users is not None:
         keep, units = bound_contributions(table.users, texts, spec.max_records_per_user)
         texts = [texts[i] for i in keep]
-        labels = [labels[i] for i in keep] if labels is not None else None
+        if labels is not None:
+            labels = [labels[i] for i in keep]
+            check_label_units(labels, [table.rows[i] for i in keep], units, spec, source)
     if labels is not None and spec.labels is None:
         log.warning("label set read from the private data and treated as public; "
                     "declare it in data.labels to keep it from depending on the data")

@@ -6,6 +6,7 @@ Rows are numbered from 1 in file order, the header not counted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -25,6 +26,8 @@ class CleanTable:
     texts: list[str]
     labels: list[str] | None
     users: list[str] | None
+    rows: list[int]
+    """Each record's row in the file, for errors found after cleaning."""
 
 
 def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
@@ -59,9 +62,10 @@ def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
     texts = [texts[i] for i in keep]
     labels = [labels[i] for i in keep] if labels is not None else None
     users = [users[i] for i in keep] if users is not None else None
-    if labels is not None:
-        _check_label_counts(labels, [i + 1 for i in keep], spec, source)
-    return CleanTable(texts=texts, labels=labels, users=users)
+    rows = [i + 1 for i in keep]
+    if labels is not None and users is None:  # with users: after bounding (data.load)
+        check_label_units(labels, rows, None, spec, source)
+    return CleanTable(texts=texts, labels=labels, users=users, rows=rows)
 
 
 def _first_per_user(texts: list[str], users: list[str]) -> list[int]:
@@ -118,16 +122,22 @@ def _check_declared_labels(labels: list[str], spec: DataConfig, source: str) -> 
         )
 
 
-def _check_label_counts(labels: list[str], rows: list[int], spec: DataConfig,
-                        source: str) -> None:
-    counts = pd.Series(labels).value_counts()
+def check_label_units(labels: list[str], rows: list[int], units: Sequence[int] | None,
+                      spec: DataConfig, source: str) -> None:
+    """Refuse a label held by fewer than `min_examples_per_label` privacy units (records, or
+    users once their records are bounded): counted in records, one user with two records of
+    a label of their own would put it in a label set read from the data."""
+    holders = pd.DataFrame({"label": labels,
+                            "unit": range(len(labels)) if units is None else units})
+    counts = holders.drop_duplicates()["label"].value_counts()
     rare = counts[counts < spec.min_examples_per_label]
     if len(rare):
         label = str(rare.index[0])
         row = rows[labels.index(label)]
         named = f"label '{label}'" if label in (spec.labels or ()) else "the label"  # public
+        held = "example(s)" if units is None else "user(s) after data.max_records_per_user"
         raise DataError(
-            f"{named} has {int(rare.iloc[0])} example(s), fewer than "
+            f"{named} has {int(rare.iloc[0])} {held}, fewer than "
             f"data.min_examples_per_label={spec.min_examples_per_label}; merge or remove it",
             path=source, row=row, field=spec.label_column,
         )

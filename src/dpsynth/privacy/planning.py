@@ -1,11 +1,13 @@
 """Budget planning: from (ε, δ) and each stage's shape, the noise each stage needs.
 
 Two steps. First every stage is calibrated alone to its fraction of the budget (fraction·ε,
-fraction·δ): by basic composition that plan already meets (ε, δ). Then, because PLD
-composition is tighter than adding ε's, all noise scales are shrunk by one common factor
-c ≤ 1 until the composed ε — all stages together, as the ledger spends it (PLD, or RDP where
-a bounded-range selection makes that smaller) — meets ε exactly. The answer is
-re-checked with a fresh accountant. The stages keep the proportions the fractions set.
+fraction·δ). Then all noise scales are scaled by one common factor c until the composed ε —
+all stages together, as the ledger spends it (PLD, or RDP where a bounded-range selection
+makes that smaller) — meets ε exactly. c is usually below 1, PLD composition being tighter
+than adding ε's; it is above 1 where the smaller of two accountants, taken per stage, adds
+up to less than either one over all stages (a Laplace histogram beside a LimitedDomain
+selection at ε = 40). The answer is re-checked with a fresh accountant. The stages keep the
+proportions the fractions set.
 """
 
 from __future__ import annotations
@@ -204,8 +206,8 @@ def plan_budget(epsilon: float, delta: float, stages: list[StageSpec], *,
 
     factor = 1.0
     if tighten or fixed or epsilon_of(composed(factor), delta, discretization) > epsilon:
-        # Stages calibrated alone may also compose past ε (at ε = 40, a LimitedDomain
-        # selection beside a histogram did): the common factor then grows above 1.
+        # Stages calibrated alone may also compose past ε (see the module's docstring): the
+        # common factor then grows above 1.
         factor = calibrate(composed, epsilon, delta, discretization=discretization, start=1.0)
     total = epsilon_of(composed(factor), delta, discretization)
     if not total <= epsilon:
