@@ -123,6 +123,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     out = config.output.dir
     ledger.on_charge = journal.append_charge
     ledger.on_answer = journal.append_output
+    ledger.hold_to({s.spec.name: s.epsilon_alone for s in run_plan.budget.stages})
     seed = journal.header.public_seed
 
     metrics_path = out / "metrics.jsonl"

@@ -25,6 +25,7 @@ from dpsynth.privacy import (
 )
 from dpsynth.privacy.events import PureDpEvent
 from dpsynth.privacy.ledger import Charge
+from dpsynth.privacy.noise import NoiseSource
 
 COARSE = 1e-3
 
@@ -164,3 +165,40 @@ def test_no_sequence_of_charges_leaves_the_ledger_over_budget(epsilon, events):
     # the committed events, composed afresh, agree with the ledger
     committed = dp_event.ComposedDpEvent([c.event for c in ledger.charges])
     assert epsilon_of(committed, 1e-5, 1e-2) == pytest.approx(ledger.spent(), abs=1e-9)
+
+
+def _held_ledger():
+    """A plan of two stages, the first used up to its compositions, the second not at all:
+    the total has room left, so only the per-stage hold can refuse what follows."""
+    from dpsynth.privacy import StageSpec, plan_budget
+
+    plan = plan_budget(2.0, 1e-5, [StageSpec("histogram", "laplace", 0.5, compositions=2),
+                                   StageSpec("votes", "gaussian", 0.5)],
+                       discretization=1e-3)
+    ledger = PrivacyLedger(2.0, 1e-5)
+    ledger.hold_to({s.spec.name: s.epsilon_alone for s in plan.stages})
+    histogram = plan.stage("histogram").mechanism
+    for _ in range(2):
+        ledger.release("histogram", histogram, [3.0, 4.0], NoiseSource())
+    return ledger, plan
+
+
+def test_a_stage_released_more_often_than_planned_is_refused_though_the_total_has_room():
+    ledger, plan = _held_ledger()
+    extra = plan.stage("histogram").mechanism
+    assert ledger.would_spend(extra.event) < 2.0  # the total alone would let it through
+    with pytest.raises(BudgetExceededError, match="stage 'histogram'.*over the ε=.* its plan"):
+        ledger.release("histogram", extra, [3.0, 4.0], NoiseSource())
+    assert len(ledger.charges) == 2
+
+
+def test_a_release_with_more_sensitivity_than_planned_or_an_unplanned_stage_is_refused():
+    ledger, plan = _held_ledger()
+    planned = plan.stage("votes").mechanism
+    doubled = Gaussian(planned.sigma, linf_sensitivity=2 * planned.linf_sensitivity)
+    with pytest.raises(BudgetExceededError, match="stage 'votes'"):
+        ledger.release("votes", doubled, [1.0], NoiseSource())
+    with pytest.raises(BudgetExceededError, match="'extra' is not in the run's budget plan"):
+        ledger.release("extra", planned, [1.0], NoiseSource())
+    ledger.release("votes", planned, [1.0], NoiseSource())  # the planned one still goes
+    assert [c.stage for c in ledger.charges] == ["histogram", "histogram", "votes"]

@@ -44,6 +44,10 @@ from dpsynth.stops import raise_if_stop_requested
 
 FORMAT = "dpsynth.privacy-ledger/1"
 
+PLAN_SLACK = 1e-3
+"""Relative room over a stage's planned ε (`PrivacyLedger.hold_to`): the plan is computed on
+a coarser PLD grid than the ledger's, both upper bounds."""
+
 log = logging.getLogger(__name__)
 
 
@@ -121,6 +125,10 @@ class PrivacyLedger:
     """Called with (charge index, noisy answer) after the noise is drawn and before the
     answer is returned: the journal writes it, so that a restart reuses it."""
     _pending: deque = field(default_factory=deque, init=False, repr=False, compare=False)
+    _caps: dict[str, float] | None = field(default=None, init=False, repr=False,
+                                           compare=False)
+    _by_stage: dict[str, _Composition] = field(default_factory=dict, init=False, repr=False,
+                                               compare=False)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -169,9 +177,38 @@ class PrivacyLedger:
             base = self._compose(base, event, times)
         return base
 
+    def hold_to(self, caps: dict[str, float]) -> None:
+        """From now on refuse a charge that would make its stage, alone, spend more than
+        `caps` gives it (the budget plan's ε per stage) or that names no planned stage. The
+        total alone cannot catch a recipe that releases a stage more often, or with a larger
+        sensitivity, than planned where another stage left slack (an early stop)."""
+        self._caps = dict(caps)
+        self._by_stage = {}
+        for charge in self.charges:
+            self._by_stage[charge.stage] = self._compose(
+                self._by_stage.get(charge.stage, self._empty()), charge.event)
+
+    def _stage_trial(self, charge: Charge) -> _Composition | None:
+        """The stage's composition with `charge`, refused past its cap (see `hold_to`)."""
+        if self._caps is None:
+            return None
+        if charge.stage not in self._caps:
+            raise BudgetExceededError(f"stage '{charge.stage}' is not in the run's budget plan "
+                                      f"({', '.join(self._caps)}); nothing was released")
+        trial = self._compose(self._by_stage.get(charge.stage, self._empty()), charge.event)
+        alone, cap = trial.epsilon(self.delta), self._caps[charge.stage]
+        if alone > cap * (1 + PLAN_SLACK) + PLAN_SLACK:
+            raise BudgetExceededError(
+                f"stage '{charge.stage}': charging {charge.mechanism or 'event'} "
+                f"{charge.event} would bring the stage alone to ε={alone:.6g}, over the "
+                f"ε={cap:.6g} its plan gave it: a release the plan did not foresee; nothing "
+                "was released")
+        return trial
+
     def _commit(self, charge: Charge) -> None:
         if not charge.stage:
             raise ValueError("a charge needs a non-empty stage name")
+        stage_trial = self._stage_trial(charge)
         trial = self._compose(self._total, charge.event)
         epsilon = trial.epsilon(self.delta)
         if epsilon > self.epsilon:
@@ -181,6 +218,8 @@ class PrivacyLedger:
                 f"over the budget ε={self.epsilon:g} (spent so far ε={self.spent():.6g}); "
                 "nothing was released")
         self._total = trial
+        if stage_trial is not None:
+            self._by_stage[charge.stage] = stage_trial
         self.charges.append(charge)
         if self.on_charge is not None:
             self.on_charge(charge)
