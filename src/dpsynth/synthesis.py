@@ -61,6 +61,12 @@ NOT_PRIVATE_COLUMN = "not_private"
 the mark travels with a row or a file copied on its own, in every format, while a private
 run's file keeps its name and its `text` and `label` columns, and readers pick those."""
 
+JOURNAL_DATA = {"path", "format", "text_column", "label_column", "labels", "user_column",
+                "max_chars", "over_length", "duplicates", "min_examples_per_label"}
+"""The `data:` settings that decide which records a folder's releases are computed from; its
+journal records them and a resumed run must ask for the same (`k` is in the journal's unit;
+`label_names` only words prompts)."""
+
 
 def prepare_output_dir(folder: Path) -> Path:
     """Create the output folder, or say in one line why it cannot be one (exit 2): a path
@@ -93,14 +99,16 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         log.warning(NOT_PRIVATE)
     unit = (f"user:{config.data.user_column}:{config.data.records_per_unit}"
             if config.data.user_column else "record")
+    data = config.data.model_dump(mode="json", include=JOURNAL_DATA)
     journal = Journal.open(config.output.dir / "checkpoints" / "releases.jsonl", JournalHeader(
         config.budget.epsilon, run_plan.delta,
         config.seed if config.seed is not None else secrets.randbits(31),
-        config.budget.noise, unit))
+        config.budget.noise, unit, data))
     try:
         finished = _finished(config, journal)
         if finished is not None:
             return finished
+        journal.refuse_other_data(data)
         store = CheckpointStore(config.output.dir / "checkpoints")
         ledger = _journal_ledger(journal)
         try:

@@ -335,6 +335,38 @@ def test_a_changed_unit_of_privacy_in_the_same_folder_is_refused(tmp_path, ticke
             generator=RecordingGenerator())
 
 
+def test_a_resumed_run_must_read_the_same_records(tmp_path, tickets):
+    """Releases journaled from one file (or one cleaning of it) say nothing of another's
+    records: a resume under another data: section is refused before any release, and the
+    same section resumes."""
+    from dpsynth.errors import InputError
+
+    texts, labels = tickets
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                          index=False)
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "other.csv", index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label"},
+           "budget": {"epsilon": 2.0, "delta": 1e-4},
+           "recipe": {"name": "kd_tutor", "params": PARAMS["kd_tutor"]},
+           "output": {"dir": str(tmp_path / "o")}}
+    with pytest.raises(_Crash):
+        run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
+            generator=CrashingGenerator(1))
+    journal = tmp_path / "o" / "checkpoints" / "releases.jsonl"
+    before = journal.read_text()
+    for change, named in (({"path": "other.csv"}, "data.path"),
+                          ({"max_chars": 40}, "data.max_chars"),
+                          ({"labels": sorted(set(labels))}, "data.labels")):
+        changed = {**raw, "data": raw["data"] | change}
+        with pytest.raises(InputError, match=f"another data: section \\({named} changed\\)"):
+            run(parse_config(changed, base_dir=tmp_path), embedder=HashEmbedder(),
+                generator=RecordingGenerator())
+        assert journal.read_text() == before
+    run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
+        generator=RecordingGenerator())
+    assert journal.read_text().startswith(before)
+
+
 def _users_by(tmp_path, tickets, column):
     """kd_tutor with k = 3 on a file where each author is one record and each org two."""
     texts, labels = tickets

@@ -120,6 +120,14 @@ def test_a_refused_delta_reads_differently_from_the_asked_one(tmp_path):
     assert "made with δ=1.23456e-05; this config asks for δ=1.23457e-05" in str(refused.value)
 
 
+def test_a_journal_from_before_the_data_section_was_recorded_resumes(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    Journal.open(path, HEADER).close()  # data=None: an older journal's header
+    now = JournalHeader(2.0, 1e-5, 11, "cryptographic", "record", {"path": "d.csv"})
+    Journal.open(path, now).close()
+    assert "data" not in json.loads(path.read_text().splitlines()[0])["header"]
+
+
 def test_the_first_public_seed_is_kept(tmp_path):
     path = tmp_path / "releases.jsonl"
     Journal.open(path, HEADER).close()

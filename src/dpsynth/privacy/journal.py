@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,21 @@ class JournalHeader:
     "user:COLUMN:k" (which column makes a user, and its bound k). An older folder's "user:k"
     names no column, so it matches no new unit and is refused, never guessed."""
 
+    data: dict[str, Any] | None = None
+    """The `data:` settings that decide which records the releases were computed from (file,
+    columns, labels, cleaning). None in a journal older than this field: not compared."""
+
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "epsilon": self.epsilon, "delta": self.delta,
-                "public_seed": self.public_seed, "noise": self.noise, "unit": self.unit}
+                "public_seed": self.public_seed, "noise": self.noise, "unit": self.unit,
+                **({"data": self.data} if self.data is not None else {})}
+
+    def changed_data(self, other: JournalHeader) -> list[str]:
+        """The `data:` settings `other` asks for differently (none where either is older)."""
+        if self.data is None or other.data is None:
+            return []
+        return sorted(key for key in self.data.keys() | other.data.keys()
+                      if self.data.get(key) != other.data.get(key))
 
     def _terms(self) -> tuple:
         return self.epsilon, self.delta, self.noise, self.unit
@@ -99,7 +111,8 @@ class Journal:
                              "older version); use a new output folder")
         stored = lines[0]["header"]
         recorded = JournalHeader(stored["epsilon"], stored["delta"],
-                                 int(stored["public_seed"]), stored["noise"], stored["unit"])
+                                 int(stored["public_seed"]), stored["noise"], stored["unit"],
+                                 stored.get("data"))
         if recorded._terms() != header._terms():
             changed = [i for i, (was, now) in enumerate(zip(recorded._terms(), header._terms(),
                                                             strict=True)) if was != now]
@@ -114,6 +127,17 @@ class Journal:
             log.warning("%s: dropping a line a crash left half written", path.name)
             _atomic_write(path, lines)
         return cls(path, recorded, _releases(lines[1:]), lock)
+
+    def refuse_other_data(self, data: dict[str, Any]) -> None:
+        """Refuse to add releases computed from the records another `data:` section selects
+        (a finished folder is refused by its whole config instead)."""
+        moved = self.header.changed_data(replace(self.header, data=data))
+        if moved:
+            raise InputError(
+                f"{self.path.parent.parent}: its releases were computed from the records of "
+                f"another data: section ({', '.join(f'data.{k}' for k in moved)} changed); "
+                "one folder's releases must all come from the same records: restore the "
+                "section or use a new output folder")
 
     def close(self) -> None:
         """Release the folder for the next run."""
