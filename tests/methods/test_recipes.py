@@ -315,13 +315,13 @@ def test_a_second_run_in_a_busy_folder_is_refused(tmp_path, tickets):
         holder.close()
 
 
-def test_a_changed_unit_of_privacy_in_the_same_folder_is_refused(tmp_path, tickets):
-    from dpsynth.errors import InputError
-
+def _crashed_kd_tutor(tmp_path, tickets) -> dict:
+    """A kd_tutor run on tmp_path/private.csv (with a user column, not used) stopped by a
+    crash after its first release in tmp_path/o; returns its raw config."""
     texts, labels = tickets
-    frame = pd.DataFrame({"text": texts, "label": labels, "user": [f"u{i}" for i in
-                                                                   range(len(texts))]})
-    frame.to_csv(tmp_path / "private.csv", index=False)
+    pd.DataFrame({"text": texts, "label": labels,
+                  "user": [f"u{i}" for i in range(len(texts))]}).to_csv(
+        tmp_path / "private.csv", index=False)
     raw = {"data": {"path": "private.csv", "label_column": "label"},
            "budget": {"epsilon": 2.0, "delta": 1e-4},
            "recipe": {"name": "kd_tutor", "params": PARAMS["kd_tutor"]},
@@ -329,6 +329,13 @@ def test_a_changed_unit_of_privacy_in_the_same_folder_is_refused(tmp_path, ticke
     with pytest.raises(_Crash):
         run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
             generator=CrashingGenerator(1))
+    return raw
+
+
+def test_a_changed_unit_of_privacy_in_the_same_folder_is_refused(tmp_path, tickets):
+    from dpsynth.errors import InputError
+
+    raw = _crashed_kd_tutor(tmp_path, tickets)
     raw["data"] |= {"user_column": "user", "max_records_per_user": 3}
     with pytest.raises(InputError, match="unit record; .* unit user:user:3: "):
         run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
@@ -341,17 +348,9 @@ def test_a_resumed_run_must_read_the_same_records(tmp_path, tickets):
     same section resumes."""
     from dpsynth.errors import InputError
 
-    texts, labels = tickets
-    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
-                                                          index=False)
-    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "other.csv", index=False)
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
-           "budget": {"epsilon": 2.0, "delta": 1e-4},
-           "recipe": {"name": "kd_tutor", "params": PARAMS["kd_tutor"]},
-           "output": {"dir": str(tmp_path / "o")}}
-    with pytest.raises(_Crash):
-        run(parse_config(raw, base_dir=tmp_path), embedder=HashEmbedder(),
-            generator=CrashingGenerator(1))
+    raw = _crashed_kd_tutor(tmp_path, tickets)
+    (tmp_path / "other.csv").write_bytes((tmp_path / "private.csv").read_bytes())
+    labels = tickets[1]
     journal = tmp_path / "o" / "checkpoints" / "releases.jsonl"
     before = journal.read_text()
     for change, named in (({"path": "other.csv"}, "data.path"),
