@@ -50,7 +50,9 @@ class DataConfig(BaseModel):
         1, ge=1, description="contribution bound k: records kept per user, chosen by a hash of "
         "each record so that one user's choice reads none of the others'"
     )
-    min_examples_per_label: int = Field(2, ge=1)
+    min_examples_per_label: int = Field(2, ge=1, description="with the label set read from "
+                                        "the data (no data.labels): a label held by fewer "
+                                        "privacy units is an error")
 
     @field_validator("labels", mode="before")
     @classmethod

@@ -125,8 +125,12 @@ def _check_declared_labels(labels: list[str], spec: DataConfig, source: str) -> 
 def check_label_units(labels: list[str], rows: list[int], units: Sequence[int] | None,
                       spec: DataConfig, source: str) -> None:
     """Refuse a label held by fewer than `min_examples_per_label` privacy units (records, or
-    users once their records are bounded): counted in records, one user with two records of
-    a label of their own would put it in a label set read from the data."""
+    users once their records are bounded) in a label set read from the data: counted in
+    records, one user's two records of a label of their own would put it there. Declared
+    labels are public whatever their counts (zero included): no check, no abort that one
+    unit could flip."""
+    if spec.labels is not None:
+        return
     holders = pd.DataFrame({"label": labels,
                             "unit": range(len(labels)) if units is None else units})
     counts = holders.drop_duplicates()["label"].value_counts()
