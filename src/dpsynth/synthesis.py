@@ -29,6 +29,7 @@ from dpsynth.backends.ray_cluster import ray_session
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
 from dpsynth.data import read_table, write_table
+from dpsynth.data.load import resolve_path
 from dpsynth.errors import InputError
 from dpsynth.logs import where_raised
 from dpsynth.methods.base import RunContext, SyntheticSet
@@ -99,7 +100,8 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         log.warning(NOT_PRIVATE)
     unit = (f"user:{config.data.user_column}:{config.data.records_per_unit}"
             if config.data.user_column else "record")
-    data = config.data.model_dump(mode="json", include=JOURNAL_DATA)
+    data = config.data.model_dump(mode="json", include=JOURNAL_DATA) | {
+        "path": str(resolve_path(config.data, config.base_dir).resolve())}
     journal = Journal.open(config.output.dir / "checkpoints" / "releases.jsonl", JournalHeader(
         config.budget.epsilon, run_plan.delta,
         config.seed if config.seed is not None else secrets.randbits(31),

@@ -202,3 +202,20 @@ def test_a_release_with_more_sensitivity_than_planned_or_an_unplanned_stage_is_r
         ledger.release("extra", planned, [1.0], NoiseSource())
     ledger.release("votes", planned, [1.0], NoiseSource())  # the planned one still goes
     assert [c.stage for c in ledger.charges] == ["histogram", "histogram", "votes"]
+
+
+def test_a_replay_that_ends_early_is_held_to_the_budget_not_the_plan():
+    """A resumed run that draws again what an earlier one drew charges it again, by design:
+    its stage passes the plan while the total has room, and that must not be refused, then
+    or in any later resume of the folder."""
+    ledger, plan = _held_ledger()
+    recorded = list(ledger.charges)
+    ledger.end_replay("a partly written training state was found")
+    extra = plan.stage("histogram").mechanism
+    ledger.release("histogram", extra, [3.0, 4.0], NoiseSource())  # charged again
+    assert len(ledger.charges) == 3
+    resumed = PrivacyLedger(2.0, 1e-5, charges=[*recorded, ledger.charges[-1]])
+    resumed.hold_to({s.spec.name: s.epsilon_alone for s in plan.stages})
+    quieter = Laplace(4 * extra.scale)  # its stage is past the plan, the total is not
+    resumed.release("histogram", quieter, [3.0, 4.0], NoiseSource())
+    assert len(resumed.charges) == 4 and resumed.spent() <= 2.0

@@ -183,10 +183,25 @@ class PrivacyLedger:
         total alone cannot catch a recipe that releases a stage more often, or with a larger
         sensitivity, than planned where another stage left slack (an early stop)."""
         self._caps = dict(caps)
-        self._by_stage = {}
+        by_stage: dict[str, list[dp_event.DpEvent]] = {}
         for charge in self.charges:
-            self._by_stage[charge.stage] = self._compose(
-                self._by_stage.get(charge.stage, self._empty()), charge.event)
+            by_stage.setdefault(charge.stage, []).append(charge.event)
+        self._by_stage = {stage: self._compose_all(self._empty(), events)
+                          for stage, events in by_stage.items()}
+        if any(self._over_cap(stage, c) for stage, c in self._by_stage.items()):
+            self._release_hold("an earlier run's releases already pass the plan")
+
+    def _over_cap(self, stage: str, composition: _Composition) -> bool:
+        cap = self._caps.get(stage) if self._caps is not None else None
+        return cap is not None and composition.epsilon(self.delta) > cap * (1 + PLAN_SLACK) \
+            + PLAN_SLACK
+
+    def _release_hold(self, why: str) -> None:
+        """Stop holding stages to the plan where releases beyond it are the design: a replay
+        that ended early charges again what it draws again (the total still binds)."""
+        if self._caps is not None:
+            log.info("%s: stages are no longer held to the plan, only to the budget", why)
+        self._caps = None
 
     def _stage_trial(self, charge: Charge) -> _Composition | None:
         """The stage's composition with `charge`, refused past its cap (see `hold_to`)."""
@@ -196,13 +211,12 @@ class PrivacyLedger:
             raise BudgetExceededError(f"stage '{charge.stage}' is not in the run's budget plan "
                                       f"({', '.join(self._caps)}); nothing was released")
         trial = self._compose(self._by_stage.get(charge.stage, self._empty()), charge.event)
-        alone, cap = trial.epsilon(self.delta), self._caps[charge.stage]
-        if alone > cap * (1 + PLAN_SLACK) + PLAN_SLACK:
+        if self._over_cap(charge.stage, trial):
             raise BudgetExceededError(
                 f"stage '{charge.stage}': charging {charge.mechanism or 'event'} "
-                f"{charge.event} would bring the stage alone to ε={alone:.6g}, over the "
-                f"ε={cap:.6g} its plan gave it: a release the plan did not foresee; nothing "
-                "was released")
+                f"{charge.event} would bring the stage alone to "
+                f"ε={trial.epsilon(self.delta):.6g}, over the ε={self._caps[charge.stage]:.6g} "
+                "its plan gave it: a release the plan did not foresee; nothing was released")
         return trial
 
     def _commit(self, charge: Charge) -> None:
@@ -237,6 +251,7 @@ class PrivacyLedger:
             log.warning("%s: the %d recorded release(s) not replayed stay charged, and what is "
                         "drawn again is charged again", why, len(self._pending))
         self._pending.clear()
+        self._release_hold(why)
 
     def _replayed(self, stage: str, event: dp_event.DpEvent) -> Journaled | None:
         """The next recorded release when this call repeats it; otherwise the replay ends
@@ -250,6 +265,7 @@ class PrivacyLedger:
                     "(stage '%s'); the %d recorded release(s) not replayed stay charged",
                     stage, len(self._pending))
         self._pending.clear()
+        self._release_hold("the replay ended")
         return None
 
     def charge(self, stage: str, event: dp_event.DpEvent, *, mechanism: str = "",
