@@ -136,12 +136,10 @@ def check_label_units(labels: list[str], rows: list[int], units: Sequence[int] |
     counts = holders.drop_duplicates()["label"].value_counts()
     rare = counts[counts < spec.min_examples_per_label]
     if len(rare):
-        label = str(rare.index[0])
-        row = rows[labels.index(label)]
-        named = f"label '{label}'" if label in (spec.labels or ()) else "the label"  # public
+        row = rows[labels.index(str(rare.index[0]))]
         held = "example(s)" if units is None else "user(s) after data.max_records_per_user"
-        raise DataError(
-            f"{named} has {int(rare.iloc[0])} {held}, fewer than "
+        raise DataError(  # read from the data, the label is not quoted: it could be private
+            f"the label has {int(rare.iloc[0])} {held}, fewer than "
             f"data.min_examples_per_label={spec.min_examples_per_label}; merge or remove it",
             path=source, row=row, field=spec.label_column,
         )

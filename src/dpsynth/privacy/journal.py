@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +58,12 @@ class JournalHeader:
                 "public_seed": self.public_seed, "noise": self.noise, "unit": self.unit,
                 **({"data": self.data} if self.data is not None else {})}
 
-    def changed_data(self, other: JournalHeader) -> list[str]:
-        """The `data:` settings `other` asks for differently (none where either is older)."""
-        if self.data is None or other.data is None:
+    def changed_data(self, data: dict[str, Any]) -> list[str]:
+        """The `data:` settings asked for differently (none in an older journal)."""
+        if self.data is None:
             return []
-        return sorted(key for key in self.data.keys() | other.data.keys()
-                      if self.data.get(key) != other.data.get(key))
+        return sorted(key for key in self.data.keys() | data.keys()
+                      if self.data.get(key) != data.get(key))
 
     def _terms(self) -> tuple:
         return self.epsilon, self.delta, self.noise, self.unit
@@ -131,7 +131,7 @@ class Journal:
     def refuse_other_data(self, data: dict[str, Any]) -> None:
         """Refuse to add releases computed from the records another `data:` section selects
         (a finished folder is refused by its whole config instead)."""
-        moved = self.header.changed_data(replace(self.header, data=data))
+        moved = self.header.changed_data(data)
         if moved:
             raise InputError(
                 f"{self.path.parent.parent}: its releases were computed from the records of "
