@@ -114,6 +114,46 @@ def test_dpft_refuses_topic_params():
         DpFinetune.from_config({"topic_model": "x"})
 
 
+def test_a_training_device_torch_cannot_use_is_refused_before_any_release(
+        tmp_path, tickets, tiny_lm, topics, monkeypatch):
+    import torch
+
+    from dpsynth.errors import ConfigError
+
+    class Counting(HashEmbedder):
+        private_calls = 0
+
+        def encode_private(self, texts):
+            self.private_calls += 1
+            return super().encode_private(texts)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    embedder = Counting()
+    for device, message in [("cuda", "torch sees no such device"),
+                            ("tpu0", "is not a torch device")]:
+        cfg = config(tmp_path, tickets, "ctcl", tiny_lm, topics, device=device)
+        with pytest.raises(ConfigError, match=f"recipe.params.device: .*{message}"):
+            run(cfg, embedder=embedder, generator=RecordingGenerator())
+        assert not (tmp_path / "ctcl" / "privacy.json").exists()
+        assert embedder.private_calls == 0
+
+
+def test_auto_takes_a_gpu_only_where_book_keeping_clipping_can_use_it(monkeypatch):
+    import torch
+
+    from dpsynth.errors import ConfigError
+    from dpsynth.methods.ctcl import training_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert training_device("auto", "bk") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert training_device("auto", "bk") == "cuda"
+    assert training_device("auto", "hooks") == "cpu"
+    assert training_device("cuda:1", "bk") == "cuda:1"
+    with pytest.raises(ConfigError, match="needs grad_sample_mode bk"):
+        training_device("cuda", "ghost")
+
+
 class _Killed(RuntimeError):
     pass
 

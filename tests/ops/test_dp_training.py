@@ -15,10 +15,11 @@ from dpsynth.privacy.ledger import PrivacyLedger  # noqa: E402
 VOCAB, PAD = 50, 0
 
 
-def tiny_model(seed=0):
+def tiny_model(seed=0, dropout=0.1):
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=1, n_head=2,
-                        tie_word_embeddings=False, bos_token_id=1, eos_token_id=1)
+                        tie_word_embeddings=False, bos_token_id=1, eos_token_id=1,
+                        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
     return GPT2LMHeadModel(config)
 
 
@@ -49,6 +50,46 @@ def test_dp_finetune_learns_and_charges_every_step(mode):
                           step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
     assert ledger.breakdown()["training"]["releases"] == 30
     assert mean_loss(trained, seqs) < before - 0.5
+
+
+def test_opacus_modes_are_refused_off_the_cpu_before_any_charge():
+    ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2)
+    config = DpTraining(steps=3, sampling_rate=0.25, noise_multiplier=0.5, max_length=12,
+                        grad_sample_mode="hooks", device="cuda")
+    with pytest.raises(ValueError, match="only grad_sample_mode bk runs off the CPU"):
+        dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
+                    step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
+    assert ledger.spent() == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_gpu_takes_the_steps_the_cpu_takes():
+    """Same keys, so the same batches and the same (CPU-drawn) noise: the weights agree up
+    to float rounding, and every step is charged the same. Without dropout, whose masks a GPU
+    draws from its own generator (the shipped LM has none)."""
+    keys = [bytes([i]) * 16 for i in range(20)]
+    trained, spent = [], []
+    for device in ("cpu", "cuda"):
+        stream = iter(keys)
+        ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2)
+        config = DpTraining(steps=20, sampling_rate=0.25, noise_multiplier=0.5,
+                            learning_rate=5e-3, max_length=12, device=device)
+        model = dp_finetune(tiny_model(dropout=0.0), sequences(), PAD, config, ledger,
+                            "training", step_event(0.5, 0.25),
+                            next_key=lambda s=stream: next(s))
+        trained.append({k: v.detach().cpu() for k, v in model.state_dict().items()})
+        spent.append(ledger.spent())
+    assert spent[0] == spent[1]
+    for name, weight in trained[0].items():
+        assert torch.allclose(weight, trained[1][name], atol=1e-3), name
+    assert mean_loss(tiny_model(), sequences()) > mean_loss(
+        _loaded(trained[1]), sequences()) + 0.5
+
+
+def _loaded(weights):
+    model = tiny_model(dropout=0.0)
+    model.load_state_dict(weights)
+    return model
 
 
 def test_training_stops_at_the_budget_before_overspending():

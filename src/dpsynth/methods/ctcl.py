@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends import Condition, build_trainable_lm
 from dpsynth.backends.label_names import with_label_names
 from dpsynth.data import PrivateDataset
-from dpsynth.errors import InputError
+from dpsynth.errors import ConfigError, InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import to_distribution
@@ -66,6 +66,9 @@ class LmTrainingParams(BaseModel):
     frozen: tuple[str, ...] = Field((), description="name prefixes of LM parameters kept at "
                                     "their public values, e.g. ['transformer.wte', 'lm_head'] "
                                     "(parameter-efficient; default: all trained, as the seed)")
+    device: str = Field("auto", description="where DP-Adam runs: auto (a GPU when torch sees "
+                        "one, else the CPU), cpu, cuda or cuda:N; the same steps and noise "
+                        "either way (sampling runs on the CPU)")
     checkpoint_every: int = Field(50, ge=1, description="training steps between checkpoints "
                                   "(weights and Adam moments; a killed run resumes there)")
     temperature: float = Field(1.0, ge=0, description="sampling temperature")
@@ -93,6 +96,10 @@ class Ctcl(Recipe):
     def fixed_noise(self) -> dict[str, float]:
         sigma = self.params.topic_noise_multiplier
         return {"topic_histogram": sigma} if sigma else {}
+
+    def validate(self, private: PrivateDataset) -> None:
+        super().validate(private)
+        training_device(self.params.device, self.params.grad_sample_mode)
 
     def condition_stages(self, private: PrivateDataset) -> list[StageSpec]:
         """One Gaussian histogram over (label, topic) cells, or topics without labels."""
@@ -178,7 +185,8 @@ class Ctcl(Recipe):
         config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
                             learning_rate=p.learning_rate, max_length=p.max_length,
-                            grad_sample_mode=p.grad_sample_mode, frozen=p.frozen)
+                            grad_sample_mode=p.grad_sample_mode, frozen=p.frozen,
+                            device=training_device(p.device, p.grad_sample_mode))
         dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, ctx.ledger, "training",
                     stage.release_event, ctx.noise.random_key,
                     self._checkpoints(ctx, state))
@@ -226,3 +234,27 @@ class Ctcl(Recipe):
         return [Condition(label=str(names[r]) if names else None,
                           keywords=tuple(table[c]) if table else ())
                 for r, c in zip(rows, columns, strict=True)]
+
+
+def training_device(device: str, grad_sample_mode: str) -> str:
+    """`device` checked against what torch sees; `auto` takes a GPU only where it can be
+    used (book-keeping clipping), so a config runs unchanged on a machine with or without."""
+    import torch
+
+    if device == "auto":
+        usable = torch.cuda.is_available() and grad_sample_mode == "bk"
+        return "cuda" if usable else "cpu"
+    try:
+        chosen = torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(f"recipe.params.device: {device!r} is not a torch device "
+                         "(auto, cpu, cuda or cuda:N)") from exc
+    if chosen.type == "cpu":
+        return device
+    if chosen.type != "cuda" or not torch.cuda.is_available():
+        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees no such device "
+                         f"here (CUDA available: {torch.cuda.is_available()}); use auto or cpu")
+    if grad_sample_mode != "bk":
+        raise ConfigError(f"recipe.params.device: {device!r} needs grad_sample_mode bk "
+                         f"(got {grad_sample_mode}): opacus' modes draw noise on the CPU only")
+    return device

@@ -41,6 +41,8 @@ class DpTraining:
     grad_sample_mode: Literal["bk", "hooks", "ghost"] = "bk"
     frozen: tuple[str, ...] = ()
     """Name prefixes of parameters kept at their public values (none: all are trained)."""
+    device: str = "cpu"
+    """Where the model and its batches live (`torch.device` names; a GPU needs `bk`)."""
 
 
 IGNORE = -100
@@ -119,6 +121,10 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     needs torchcsprng, which has no build for this torch; its generator is keyed from the
     key (docs/privacy.md, "Noise that does not leak through floating point").
     """
+    if config.device != "cpu" and config.grad_sample_mode != "bk":
+        raise ValueError(f"device={config.device}: only grad_sample_mode bk runs off the CPU "
+                         "(opacus' modes would draw their noise from a generator there)")
+    model.to(config.device)
     ids = pad_batch(sequences, config.max_length, pad_id)
     lengths = torch.tensor([max(1, min(len(s), config.max_length)) for s in sequences])
     expected = max(1, round(config.sampling_rate * len(ids)))
@@ -149,7 +155,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
             if len(batch) == 0:
                 private.noise_only_step()
                 continue
-            private.step(*shifted_batch(batch, batch_lengths))
+            private.step(*(t.to(config.device) for t in shifted_batch(batch, batch_lengths)))
     finally:
         private.close()
     if checkpoints and start < config.steps:
@@ -226,9 +232,9 @@ class _BookKeeping:
 
     def _noisy_update(self) -> None:
         std = self.config.noise_multiplier * self.config.max_grad_norm
-        for param in self.clipper.params:
+        for param in self.clipper.params:  # drawn on the CPU from the keyed generator
             noise = torch.normal(0, std, param.shape, generator=self.generator)
-            param.grad = (param.grad + noise) / self.expected_batch_size
+            param.grad = (param.grad + noise.to(param.device)) / self.expected_batch_size
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
