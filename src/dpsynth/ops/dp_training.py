@@ -3,7 +3,9 @@ sampling and per-sample clipping, every step charged on the ledger before its no
 
 Used by CTCL (condition → document pairs) and the DP fine-tune baseline. The noise itself is
 opacus' Gaussian (continuous floats); the ledger charges each step as a Poisson-sampled
-Gaussian of noise multiplier σ.
+Gaussian of noise multiplier σ. On a GPU (`DpTraining.device`) the model and batches move
+there; the sampler and the noise stay on the CPU's keyed generators, so a step is the same
+release on either device.
 """
 
 from __future__ import annotations
