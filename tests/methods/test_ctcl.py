@@ -146,10 +146,14 @@ def test_auto_takes_a_gpu_only_where_book_keeping_clipping_can_use_it(monkeypatc
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert training_device("auto", "bk") == "cpu"
+    assert training_device("cpu:0", "hooks") == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert training_device("auto", "bk") == "cuda"
     assert training_device("auto", "hooks") == "cpu"
     assert training_device("cuda:1", "bk") == "cuda:1"
+    with pytest.raises(ConfigError, match="sees 2 GPU"):
+        training_device("cuda:2", "bk")
     with pytest.raises(ConfigError, match="needs grad_sample_mode bk"):
         training_device("cuda", "ghost")
 

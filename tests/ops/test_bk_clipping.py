@@ -92,6 +92,25 @@ def test_clipped_sum_in_float32_matches_to_float_tolerance():
         assert torch.allclose(got[name].double(), grad, rtol=1e-4, atol=1e-6), name
 
 
+def test_norms_and_sum_are_taken_in_full_float32_whatever_the_process_allows(monkeypatch):
+    seen = []
+    real = BookKeepingClipper._clipped_sum
+
+    def spy(self, max_grad_norm):
+        seen.append(torch.get_float32_matmul_precision())
+        return real(self, max_grad_norm)
+
+    monkeypatch.setattr(BookKeepingClipper, "_clipped_sum", spy)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")  # a user's TF32 / bf16 setting
+    try:
+        bk_clipped(model_(dtype=torch.float32), documents([6, 3]), max_grad_norm=1.0)
+        assert seen == ["highest"]
+        assert torch.get_float32_matmul_precision() == "medium"  # restored afterwards
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_frozen_parameters_are_left_out_of_norm_and_update():
     docs = documents([10, 6, 8])
     model = model_()

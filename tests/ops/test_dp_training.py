@@ -60,6 +60,11 @@ def test_opacus_modes_are_refused_off_the_cpu_before_any_charge():
         dp_finetune(tiny_model(), sequences(), PAD, config, ledger, "training",
                     step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
     assert ledger.spent() == 0
+    on_cpu = DpTraining(steps=2, sampling_rate=0.25, noise_multiplier=0.5, max_length=12,
+                        grad_sample_mode="hooks", device="cpu:0")  # a CPU by another name
+    dp_finetune(tiny_model(), sequences(), PAD, on_cpu, ledger, "training",
+                step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
+    assert ledger.breakdown()["training"]["releases"] == 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -77,6 +82,7 @@ def test_a_gpu_takes_the_steps_the_cpu_takes():
         model = dp_finetune(tiny_model(dropout=0.0), sequences(), PAD, config, ledger,
                             "training", step_event(0.5, 0.25),
                             next_key=lambda s=stream: next(s))
+        assert next(model.parameters()).device.type == device
         trained.append({k: v.detach().cpu() for k, v in model.state_dict().items()})
         spent.append(ledger.spent())
     assert spent[0] == spent[1]

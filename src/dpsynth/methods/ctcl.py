@@ -250,7 +250,18 @@ def training_device(device: str, grad_sample_mode: str) -> str:
         raise ConfigError(f"recipe.params.device: {device!r} is not a torch device "
                          "(auto, cpu, cuda or cuda:N)") from exc
     if chosen.type == "cpu":
-        return device
+        return "cpu"
+    if chosen.type != "cuda" or not torch.cuda.is_available():
+        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees no such device "
+                          f"here (CUDA available: {torch.cuda.is_available()}); use auto or cpu")
+    if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees "
+                          f"{torch.cuda.device_count()} GPU(s), numbered from 0")
+    if grad_sample_mode != "bk":
+        raise ConfigError(f"recipe.params.device: {device!r} needs grad_sample_mode bk "
+                          f"(got {grad_sample_mode}): opacus' modes would draw their noise "
+                          "from the GPU's generator, which is not keyed per step")
+    return device
     if chosen.type != "cuda" or not torch.cuda.is_available():
         raise ConfigError(f"recipe.params.device: {device!r}, but torch sees no such device "
                          f"here (CUDA available: {torch.cuda.is_available()}); use auto or cpu")

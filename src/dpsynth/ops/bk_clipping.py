@@ -99,6 +99,16 @@ class BookKeepingClipper:
 
     @torch.no_grad()
     def clipped_sum(self, max_grad_norm: float) -> torch.Tensor:
+        """In full float32 whatever the process allows elsewhere (TF32 on a GPU): a norm
+        computed at lower precision than the sum it clips could let a sample pass C."""
+        precision = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        try:
+            return self._clipped_sum(max_grad_norm)
+        finally:
+            torch.set_float32_matmul_precision(precision)
+
+    def _clipped_sum(self, max_grad_norm: float) -> torch.Tensor:
         missing = [type(m).__name__ for m, _ in self.layers if self._saved.get(m, [0, None])[1]
                    is None]
         if missing:

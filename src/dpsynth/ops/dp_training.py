@@ -123,7 +123,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     needs torchcsprng, which has no build for this torch; its generator is keyed from the
     key (docs/privacy.md, "Noise that does not leak through floating point").
     """
-    if config.device != "cpu" and config.grad_sample_mode != "bk":
+    if torch.device(config.device).type != "cpu" and config.grad_sample_mode != "bk":
         raise ValueError(f"device={config.device}: only grad_sample_mode bk runs off the CPU "
                          "(opacus' modes would draw their noise from a generator there)")
     model.to(config.device)
