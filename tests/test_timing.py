@@ -109,3 +109,7 @@ def test_recipes_that_sample_their_own_lm_time_nothing(slow, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "time estimate: none; dpft's time is its DP training" in out and not slow.built
     assert "backends.generator is not used" in out
+    import torch
+
+    where = "cuda" if torch.cuda.is_available() else "cpu"  # auto, book-keeping clipping
+    assert f"(recipe.params.model) on {where};" in " ".join(out.split())

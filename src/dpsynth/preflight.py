@@ -95,8 +95,8 @@ def print_plan(plan: RunPlan, console: Console) -> None:
                   + ("" if cfg.budget.delta is not None else "  (δ = 1/(N·ln N))"))
     table.add_row("embedder", cfg.backends.embedder.name)
     table.add_row("generator", cfg.backends.generator.name if plan.recipe.uses_backend_generator
-                  else f"the LM {cfg.recipe.name} fine-tunes with DP (recipe.params.model); "
-                  "backends.generator is not used")
+                  else f"the LM {cfg.recipe.name} fine-tunes with DP (recipe.params.model) "
+                  f"on {plan.recipe.device}; backends.generator is not used")
     table.add_row("output", f"{cfg.output.dir} ({cfg.output.format})")
     console.print(table)
     codes = [label for label in ds.label_names or () if _is_code(cfg.data.label_name(label))]

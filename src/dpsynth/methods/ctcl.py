@@ -101,6 +101,11 @@ class Ctcl(Recipe):
         super().validate(private)
         training_device(self.params.device, self.params.grad_sample_mode)
 
+    @property
+    def device(self) -> str:
+        """Where DP-Adam will run on this machine (`dpsynth plan` says it)."""
+        return training_device(self.params.device, self.params.grad_sample_mode)
+
     def condition_stages(self, private: PrivateDataset) -> list[StageSpec]:
         """One Gaussian histogram over (label, topic) cells, or topics without labels."""
         return [StageSpec("topic_histogram", "gaussian", 0.1,
@@ -186,7 +191,7 @@ class Ctcl(Recipe):
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
                             learning_rate=p.learning_rate, max_length=p.max_length,
                             grad_sample_mode=p.grad_sample_mode, frozen=p.frozen,
-                            device=training_device(p.device, p.grad_sample_mode))
+                            device=self.device)
         dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, ctx.ledger, "training",
                     stage.release_event, ctx.noise.random_key,
                     self._checkpoints(ctx, state))
