@@ -117,3 +117,17 @@ def test_plan_says_when_labels_are_codes(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "are codes" not in shown
     assert "0 (everyday post), 1 (disaster report)" in shown
+
+
+def test_plan_warns_where_the_noise_drowns_kd_tutors_votes(tmp_path, capsys):
+    rows = ["text,label"] + [f"ticket {i},{'ab'[i % 2]}" for i in range(400)]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    path = write_config(tmp_path, tmp_path / "d.csv")
+    for epsilon, warned in [(0.5, True), (8.0, False)]:
+        raw = yaml.safe_load(path.read_text())
+        raw["budget"]["epsilon"] = epsilon
+        raw["recipe"] = {"name": "kd_tutor", "params": {"teachers": 20}}
+        path.write_text(yaml.safe_dump(raw))
+        main(["plan", str(path)])
+        shown = " ".join(capsys.readouterr().out.split())
+        assert ("half the 20 teachers' votes" in shown) == warned, epsilon

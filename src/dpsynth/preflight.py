@@ -108,6 +108,8 @@ def print_plan(plan: RunPlan, console: Console) -> None:
                       f"({{{example}}}, e.g. 'disaster report'): generators are asked by the "
                       "names and the output keeps the codes")
     console.print(plan_table(plan.budget, title=f"privacy plan: {cfg.recipe.name}"))
+    for note in plan.recipe.plan_notes(ds, plan.budget):
+        console.print(f"[yellow]note:[/yellow] {note}")
     calls = plan.recipe.expected_generations(ds)
     console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
                   + f" (total {sum(calls.values()):,})")

@@ -134,6 +134,8 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     ledger.on_charge = journal.append_charge
     ledger.on_answer = journal.append_output
     ledger.hold_to({s.spec.name: s.epsilon_alone for s in run_plan.budget.stages})
+    for note in run_plan.recipe.plan_notes(run_plan.data, run_plan.budget):
+        log.warning("%s", note)
     seed = journal.header.public_seed
 
     metrics_path = out / "metrics.jsonl"

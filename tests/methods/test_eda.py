@@ -222,3 +222,18 @@ def test_unlabelled_data_gives_an_unlabelled_set(tmp_path, tickets, decoder_dir)
     assert outputs.result.labels is None and outputs.result.texts
     rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
     assert rows[0]["selected_by_label"] == {"": PARAMS["n_parents"]}
+
+
+def test_the_plan_note_weighs_the_selection_noise_against_the_votes():
+    from dpsynth.data import PrivateDataset
+    from dpsynth.methods.eda import Eda
+
+    private = PrivateDataset([f"t{i}" for i in range(5_000)],
+                             labels=["abc"[i % 3] for i in range(5_000)])
+    recipe = Eda.from_config({"n_offspring": 1_200})  # 4.2 votes a candidate
+    low, high = (recipe.budget_plan(private, eps, 1e-5) for eps in (1.0, 8.0))
+    assert low.stage("selection").mechanism.noise_scale > 4 * 5_000 / 1_200
+    assert "4.2 votes a candidate" in recipe.plan_notes(private, low)[0]
+    assert recipe.plan_notes(private, high) == []
+    fewer = Eda.from_config({"n_offspring": 300})  # 17 votes a candidate: the same ε will do
+    assert fewer.plan_notes(private, fewer.budget_plan(private, 1.0, 1e-5)) == []

@@ -190,3 +190,16 @@ def test_relabel_decides_whether_a_candidate_may_leave_its_label(relabel):
     picked = recipe._select(recipe._scores(private, proba, np.array([0, 1, 1])),
                             np.array([0.5, 0.5]))
     assert sorted(picked) == ([(0, 1), (1, 0)] if relabel else [(0, 0), (2, 1)])
+
+
+def test_the_plan_note_weighs_the_vote_noise_against_the_teachers():
+    private = PrivateDataset([f"t{i}" for i in range(3_000)],
+                             labels=["ab"[i % 2] for i in range(3_000)])
+    recipe = KdTutor.from_config({"teachers": 60, "n_queries": 100})
+    low, high = (recipe.budget_plan(private, eps, 1e-5) for eps in (1.0, 8.0))
+    assert low.stage("student_queries").noise_scale >= 30  # half of 60
+    assert "half the 60 teachers' votes" in recipe.plan_notes(private, low)[0]
+    assert high.stage("student_queries").noise_scale < 30
+    assert recipe.plan_notes(private, high) == []
+    few = PrivateDataset([f"t{i}" for i in range(8)], labels=["ab"[i % 2] for i in range(8)])
+    assert "the 8 teachers" in recipe.plan_notes(few, recipe.budget_plan(few, 1.0, 1e-2))[0]

@@ -195,6 +195,11 @@ class Recipe(ABC):
         """Stages whose noise scale the recipe pins (a paper's default σ); none by default."""
         return {}
 
+    def plan_notes(self, private: PrivateDataset, plan: BudgetPlan) -> list[str]:
+        """Where this plan's noise would drown the signal it must carry, from public facts
+        alone (N, the config, the plan): `dpsynth plan` prints them, a run logs them."""
+        return []
+
     def budget_plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
         """Noise scales for every stage so that all of them compose to (ε, δ)."""
         stages = apply_split(self.stages(private, delta), self.split)

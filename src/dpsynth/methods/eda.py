@@ -39,7 +39,7 @@ from dpsynth.ops.eda import GaussianModel, estimate
 from dpsynth.ops.limited_domain import dp_select_parents
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
-from dpsynth.privacy.planning import StageSpec
+from dpsynth.privacy.planning import BudgetPlan, StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,20 @@ class Eda(IterativeRecipe):
 
     def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
         return {"generate": self.params.n_public}
+
+    def plan_notes(self, private: PrivateDataset, plan: BudgetPlan) -> list[str]:
+        """Selection drowned: each record votes once per iteration, so a candidate holds
+        N / n_offspring votes on average; Gumbel noise of 4 times that picks parents close
+        to at random (trec ε = 1: 24.7 against 4.5, 0.300 ± 0.006 at a majority class of
+        0.276; ag_news ε = 1: 25.3 against 6.7, 0.721 ± 0.051)."""
+        scale = plan.stage("selection").mechanism.noise_scale
+        votes = private.n_units / self.params.n_offspring
+        if scale < 4 * votes:
+            return []
+        return [f"eda: the selection's Gumbel noise (scale {scale:.3g}) is over 4 times the "
+                f"{votes:.2g} votes a candidate gets on average (N / n_offspring), so parents "
+                "are picked close to at random; give it more ε, or fewer selections "
+                "(n_parents, iterations), or a smaller n_offspring"]
 
     @cached_property
     def _decoder(self):
