@@ -12,8 +12,9 @@ ctcl reads a private record's embedding only to find its nearest topic, so `trai
 run an embedder that answers a record with its topic's centroid (found here with MiniLM):
 the run is the one MiniLM would make, on a machine without it (dpft embeds nothing
 private). Its DP noise comes from the seed (the same distributions; the GPU machine has
-no opendp for the exact samplers), so these runs measure utility, not privacy. runs.json is a list of {"name", "dataset", "recipe", "epsilon", "seeds", "params"};
-each finished run is appended at once to OUT/STEM.tar, STEM the runs file's, so a run cut off by a time limit
+no opendp for the exact samplers), so these runs measure utility, not privacy. runs.json is
+a list of {"name", "dataset", "recipe", "epsilon", "seeds", "params"}; each finished run is
+appended at once to OUT/STEM.tar (STEM: the runs file's), so a run cut off by a time limit
 keeps what finished.
 """
 

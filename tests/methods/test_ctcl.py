@@ -142,7 +142,7 @@ def test_auto_takes_a_gpu_only_where_book_keeping_clipping_can_use_it(monkeypatc
     import torch
 
     from dpsynth.errors import ConfigError
-    from dpsynth.methods.ctcl import training_device
+    from dpsynth.ops.dp_training import training_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert training_device("auto", "bk") == "cpu"

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends import Condition, build_trainable_lm
 from dpsynth.backends.label_names import with_label_names
 from dpsynth.data import PrivateDataset
-from dpsynth.errors import ConfigError, InputError
+from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
 from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.ops.metadata import to_distribution
@@ -99,11 +99,13 @@ class Ctcl(Recipe):
 
     def validate(self, private: PrivateDataset) -> None:
         super().validate(private)
-        training_device(self.params.device, self.params.grad_sample_mode)
+        self.device  # noqa: B018 - refuses a device torch cannot use, before any release
 
     @property
     def device(self) -> str:
         """Where DP-Adam will run on this machine (`dpsynth plan` says it)."""
+        from dpsynth.ops.dp_training import training_device
+
         return training_device(self.params.device, self.params.grad_sample_mode)
 
     def condition_stages(self, private: PrivateDataset) -> list[StageSpec]:
@@ -240,37 +242,3 @@ class Ctcl(Recipe):
                           keywords=tuple(table[c]) if table else ())
                 for r, c in zip(rows, columns, strict=True)]
 
-
-def training_device(device: str, grad_sample_mode: str) -> str:
-    """`device` checked against what torch sees; `auto` takes a GPU only where it can be
-    used (book-keeping clipping), so a config runs unchanged on a machine with or without."""
-    import torch
-
-    if device == "auto":
-        usable = torch.cuda.is_available() and grad_sample_mode == "bk"
-        return "cuda" if usable else "cpu"
-    try:
-        chosen = torch.device(device)
-    except RuntimeError as exc:
-        raise ConfigError(f"recipe.params.device: {device!r} is not a torch device "
-                         "(auto, cpu, cuda or cuda:N)") from exc
-    if chosen.type == "cpu":
-        return "cpu"
-    if chosen.type != "cuda" or not torch.cuda.is_available():
-        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees no such device "
-                          f"here (CUDA available: {torch.cuda.is_available()}); use auto or cpu")
-    if chosen.index is not None and chosen.index >= torch.cuda.device_count():
-        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees "
-                          f"{torch.cuda.device_count()} GPU(s), numbered from 0")
-    if grad_sample_mode != "bk":
-        raise ConfigError(f"recipe.params.device: {device!r} needs grad_sample_mode bk "
-                          f"(got {grad_sample_mode}): opacus' modes would draw their noise "
-                          "from the GPU's generator, which is not keyed per step")
-    return device
-    if chosen.type != "cuda" or not torch.cuda.is_available():
-        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees no such device "
-                         f"here (CUDA available: {torch.cuda.is_available()}); use auto or cpu")
-    if grad_sample_mode != "bk":
-        raise ConfigError(f"recipe.params.device: {device!r} needs grad_sample_mode bk "
-                         f"(got {grad_sample_mode}): opacus' modes draw noise on the CPU only")
-    return device

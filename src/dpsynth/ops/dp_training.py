@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpsynth.data import Access, PrivateDataset
+from dpsynth.errors import ConfigError
 from dpsynth.ops.training_state import TrainingCheckpoints
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.progress import track
@@ -312,3 +313,29 @@ def keyed(generator: torch.Generator, key: bytes, purpose: bytes) -> torch.Gener
     state[MT_OFFSET : MT_OFFSET + 8 * MT_WORDS] = words.astype("<u8").view(np.uint8)
     generator.set_state(torch.from_numpy(state))
     return generator
+
+
+def training_device(device: str, grad_sample_mode: str) -> str:
+    """`device` checked against what torch sees; `auto` takes a GPU only where it can be
+    used (book-keeping clipping), so a config runs unchanged on a machine with or without."""
+    if device == "auto":
+        usable = torch.cuda.is_available() and grad_sample_mode == "bk"
+        return "cuda" if usable else "cpu"
+    try:
+        chosen = torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(f"recipe.params.device: {device!r} is not a torch device "
+                          "(auto, cpu, cuda or cuda:N)") from exc
+    if chosen.type == "cpu":
+        return "cpu"
+    if chosen.type != "cuda" or not torch.cuda.is_available():
+        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees no such device "
+                          f"here (CUDA available: {torch.cuda.is_available()}); use auto or cpu")
+    if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise ConfigError(f"recipe.params.device: {device!r}, but torch sees "
+                          f"{torch.cuda.device_count()} GPU(s), numbered from 0")
+    if grad_sample_mode != "bk":
+        raise ConfigError(f"recipe.params.device: {device!r} needs grad_sample_mode bk "
+                          f"(got {grad_sample_mode}): opacus' modes would draw their noise "
+                          "from the GPU's generator, which is not keyed per step")
+    return device
