@@ -241,4 +241,3 @@ class Ctcl(Recipe):
         return [Condition(label=str(names[r]) if names else None,
                           keywords=tuple(table[c]) if table else ())
                 for r, c in zip(rows, columns, strict=True)]
-
