@@ -152,23 +152,48 @@ class Evolving(LabelEcho):
         return [f"{text} again" for text in texts]
 
 
-def test_in_process_runs_embed_each_private_text_once(bench, tmp_path, monkeypatch,
-                                                      hashing_embedder):
-    _dataset(tmp_path)
+def _in_process_grid(bench, root, monkeypatch, embedder) -> tuple[Path, list[str]]:
+    """Two pe cells run in-process; returns the result CSV and the private texts embedded."""
+    _dataset(root)
     private_calls = []
-    inner_private = hashing_embedder.encode_private
-    monkeypatch.setattr(hashing_embedder, "encode_private",
+    inner_private = embedder.encode_private
+    monkeypatch.setattr(embedder, "encode_private",
                         lambda texts: private_calls.append(list(texts)) or inner_private(texts))
-    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: embedder)
     monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: Evolving())
     monkeypatch.setattr(bench.subprocess, "run", _failed_run)  # a subprocess would fail the row
-    bench.main(["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1,4",
+    bench.main(["tiny", "--data-root", str(root), "--recipes", "pe", "--epsilons", "1,4",
                 "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
                 "--no-lower-bound", "--in-process", "--recipe-params",
-                '{"iterations": 2, "n_samples": 20}', "--out", str(tmp_path / "out")])
-    table = pd.read_csv(tmp_path / "out" / "utility-tiny.csv")
+                '{"iterations": 2, "n_samples": 20}', "--out", str(root / "out")])
+    return root / "out" / "utility-tiny.csv", [text for call in private_calls for text in call]
+
+
+def test_in_process_runs_embed_each_private_text_once(bench, tmp_path, monkeypatch,
+                                                      hashing_embedder):
+    result, embedded = _in_process_grid(bench, tmp_path, monkeypatch, hashing_embedder)
+    table = pd.read_csv(result)
     assert list(table["row"]) == ["real train (upper bound)", "pe", "pe"]
     assert (table["seeds"] == 2).all() and table["accuracy_mean"].notna().all()
     assert (table.iloc[1:]["generator_calls_mean"] > 0).all()
-    embedded = [text for call in private_calls for text in call]
     assert len(embedded) == len(set(embedded)) == 60  # four runs, one embedding per record
+
+
+def test_grid_metrics_gathers_every_recipe_row_with_its_file(bench, tmp_path, monkeypatch,
+                                                             hashing_embedder, capsys):
+    result, _ = _in_process_grid(bench, tmp_path, monkeypatch, hashing_embedder)
+    spec = importlib.util.spec_from_file_location("grid_metrics",
+                                                  SCRIPT.with_name("grid_metrics.py"))
+    grid = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grid)
+    monkeypatch.setattr(sys, "argv", ["grid_metrics.py", str(result)])
+    capsys.readouterr()
+    grid.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| set | recipe | ε | seeds | accuracy | macro_f1")
+    body = [line.strip("| ").split(" | ") for line in lines[2:]]
+    assert [row[:4] for row in body] == [["tiny", "pe", "1", "2"], ["tiny", "pe", "4", "2"]]
+    table = pd.read_csv(result)
+    for row, (_, expected) in zip(body, table.iloc[1:].iterrows(), strict=True):
+        assert row[4] == f"{expected['accuracy_mean']:.3f} ± {expected['accuracy_std']:.3f}"
+        assert row[-1] == "utility-tiny.csv"
