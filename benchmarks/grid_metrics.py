@@ -20,13 +20,14 @@ BOUNDS = ("real train", "generator, no private data")
 
 
 def cell(row: dict[str, str], metric: str) -> str:
-    """`mean ± std` as the result files round it; blank where the run did not report it."""
+    """`mean ± std` to the grid's three decimals (seconds whole); blank where the run did not
+    report the metric. One seed has no std: utility.py writes it empty."""
     mean, std = row.get(f"{metric}_mean", ""), row.get(f"{metric}_std", "")
     if not mean:
         return ""
     digits = 0 if metric == "wall_s" else 3
     text = f"{float(mean):.{digits}f}"
-    return f"{text} ± {float(std):.{digits}f}" if std and int(row["seeds"]) > 1 else text
+    return f"{text} ± {float(std):.{digits}f}" if std else text
 
 
 def dataset_of(path: Path) -> str:
