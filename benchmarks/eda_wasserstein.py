@@ -96,7 +96,8 @@ def _fresh(args: argparse.Namespace) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     train.to_csv(out / "private.csv", index=False)
     params = {"iterations": args.iterations, "n_public": args.n_public,
               "n_offspring": args.n_offspring, "n_output": args.n_output}
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
+    raw = {"data": {"path": "private.csv", "label_column": "label",
+                    "labels": sorted(map(str, train["label"].unique()))},
            "budget": {"epsilon": args.epsilon},
            "recipe": {"name": "eda", "params": params},
            "output": {"dir": str(out / "run")}, "seed": args.seed}

@@ -88,7 +88,8 @@ def train(prepared: Path, runs: list[dict], out: Path, tar_name: str) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="lm-training-scale-"))  # models, checkpoints
     for spec in runs:
         folder = prepared / spec["dataset"]
-        texts = read_text_table(folder / "train.csv", require_labels=True).texts
+        table = read_text_table(folder / "train.csv", require_labels=True)
+        texts, labels = table.texts, sorted(set(table.labels or []))  # the declared label set
         embedder = TopicCentroids(texts, np.load(folder / "topics.npy"), centroids,
                                   json.loads((folder / "embedder.json").read_text()))
         for seed in spec["seeds"]:
@@ -96,6 +97,7 @@ def train(prepared: Path, runs: list[dict], out: Path, tar_name: str) -> None:
             work = scratch / spec["name"] / run
             started = time.perf_counter()
             dpsynth.synthesize(str((folder / "train.csv").resolve()), label="label",
+                               labels=labels,
                                epsilon=spec["epsilon"], recipe=spec["recipe"],
                                params=spec["params"], embedder=embedder, seed=seed,
                                output_dir=str(work), output_format="csv", report=False,

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     data = Path(args.data_root) / args.dataset
     train = read_text_table(data / "train.csv", require_labels=True)
     test = _sample(read_text_table(data / "test.csv", require_labels=True), args.test_size, 0)
+    labels = sorted(set(train.labels or []))  # the task's label set, declared as a user would
     embedder = build_embedder(EmbedderConfig(name=args.embedder))
     config = EvalConfig(seed=0, max_samples=args.n_synthetic, mauve=not args.no_mauve,
                         classifier=args.classifier,
@@ -140,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
                           lambda seed: _lower_bound(train, args.n_synthetic, seed, args)))
     for recipe in filter(None, args.recipes.split(",")):
         for eps in args.epsilons.split(","):
-            producers.append((recipe, eps, _recipe_runner(recipe, float(eps), data, args,
-                                                          memo)))
+            producers.append((recipe, eps, _recipe_runner(recipe, float(eps), data, labels,
+                                                          args, memo)))
 
     rows = []
     for name, eps, produce in producers:
@@ -201,8 +202,9 @@ def _generator(args: argparse.Namespace) -> dict:
     return pool
 
 
-def _recipe_runner(recipe: str, epsilon: float, data: Path, args: argparse.Namespace,
-                   memo: Memo | None = None) -> Callable[[int], Produced]:
+def _recipe_runner(recipe: str, epsilon: float, data: Path, labels: list[str],
+                   args: argparse.Namespace, memo: Memo | None = None
+                   ) -> Callable[[int], Produced]:
     """Run `dpsynth run` on a generated config (with a `memo`: `dpsynth.synthesize` on the same
     settings, in this process) and read its synthetic set back."""
 
@@ -216,7 +218,8 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path, args: argparse.Names
                                 _generator_calls(out), _reported(out), wall)
             started = time.perf_counter()
             config = {
-                "data": {"path": str((data / "train.csv").resolve()), "label_column": "label"},
+                "data": {"path": str((data / "train.csv").resolve()), "label_column": "label",
+                         "labels": labels},
                 "budget": {"epsilon": epsilon},
                 "recipe": {"name": recipe, "params": _params_for(recipe, args.recipe_params)},
                 "backends": {"embedder": {"name": args.embedder},
@@ -251,6 +254,7 @@ def _synthesize(config: dict, memo: Memo) -> None:
 
     try:
         dpsynth.synthesize(config["data"]["path"], label=config["data"]["label_column"],
+                           labels=config["data"]["labels"],
                            epsilon=config["budget"]["epsilon"], recipe=config["recipe"]["name"],
                            params=config["recipe"]["params"],
                            generator=config["backends"]["generator"], embedder=memo,

@@ -115,9 +115,8 @@ def test_numeric_labels_come_back_as_numbers(frame, tmp_path):
     result = synth(numbered, labels=list(range(4)), output_dir=tmp_path / "declared")
     assert result.data["label"].dtype == numbered["label"].dtype
     assert set(result.data["label"]) <= set(range(4))
-    undeclared = synth(numbered, labels=None, output_dir=tmp_path / "read")
-    assert set(undeclared.data["label"]) <= set(range(4)) and len(undeclared.data) == 12
-    assert undeclared.data["label"].dtype == numbered["label"].dtype
+    with pytest.raises(ConfigError, match="data.labels: declare the label set"):
+        synth(numbered, labels=None, output_dir=tmp_path / "undeclared")
 
 
 def test_unlabelled_data(frame, tmp_path):

@@ -18,7 +18,8 @@ def run_cli(*argv):
 
 
 def write_config(tmp_path, data_path, **data):
-    config = {"data": {"path": str(data_path), "label_column": "label", **data},
+    config = {"data": {"path": str(data_path), "label_column": "label",
+                       "labels": ["account", "billing", "shipping", "technical"], **data},
               "budget": {"epsilon": 2.0}, "recipe": {"name": "dpga"},
               "output": {"dir": str(tmp_path / "out")}}
     path = tmp_path / "run.yaml"
@@ -95,7 +96,7 @@ def test_plan_prints_public_facts_only(tmp_path, capsys):
                                   for i in range(40)] + ["ticket 1 ,b,u1"] * 3
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
     path = write_config(tmp_path, tmp_path / "d.csv", user_column="user", max_chars=60,
-                        duplicates="drop")
+                        duplicates="drop", labels=["a", "b"])
     main(["plan", str(path)])
     captured = capsys.readouterr()
     shown = re.sub(r"\d\d:\d\d:\d\d", "", captured.out + captured.err)  # the log's clock
@@ -122,7 +123,7 @@ def test_plan_says_when_labels_are_codes(tmp_path, capsys):
 def test_plan_warns_where_the_noise_drowns_kd_tutors_votes(tmp_path, capsys):
     rows = ["text,label"] + [f"ticket {i},{'ab'[i % 2]}" for i in range(400)]
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
-    path = write_config(tmp_path, tmp_path / "d.csv")
+    path = write_config(tmp_path, tmp_path / "d.csv", labels=["a", "b"])
     for epsilon, warned in [(0.5, True), (8.0, False)]:
         raw = yaml.safe_load(path.read_text())
         raw["budget"]["epsilon"] = epsilon

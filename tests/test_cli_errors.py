@@ -25,7 +25,8 @@ def one_line_error(capsys):
 def write_config(tmp_path, *, data=None, recipe=None, budget=None, output=None, rows=None):
     rows = rows or [("the parcel is late", "shipping"), ("refund my card", "billing")] * 4
     (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
-    config = {"data": {"path": "d.csv", "label_column": "label", **(data or {})},
+    config = {"data": {"path": "d.csv", "label_column": "label",
+                       "labels": sorted({y for _, y in rows}), **(data or {})},
               "budget": budget or {"epsilon": 2.0},
               "recipe": recipe or {"name": "pe", "params": {"iterations": 1}},
               "output": {"dir": str(output or tmp_path / "out")}}

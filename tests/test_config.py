@@ -89,6 +89,20 @@ def test_the_private_file_is_never_a_pool(tmp_path):
         parse_config(raw, base_dir=tmp_path)
 
 
+def test_a_run_on_labelled_data_needs_its_label_set_declared():
+    """Read from the data, the label set would move with one unit: a user with a label of
+    their own would add it to the plan, the prompts and the output, and no charge covers
+    that. Declared, it is public; unlabelled data has none to declare."""
+    raw = {"data": {"path": "p.csv", "label_column": "label"}, "budget": {"epsilon": 1},
+           "recipe": {"name": "pe"}}
+    with pytest.raises(ConfigError, match="data.labels: declare the label set") as info:
+        parse_config(raw)
+    assert "ledger never charged" in str(info.value)
+    declared = parse_config({**raw, "data": {**raw["data"], "labels": ["a", "b"]}})
+    assert declared.data.labels == ["a", "b"]
+    assert parse_config({**raw, "data": {"path": "p.csv"}}).data.label_column is None
+
+
 @pytest.mark.parametrize("public", [
     {"generator": {"name": "pool", "path": "held.csv"}},
     {"embedder": {"name": "tfidf", "fit_texts": "private.csv"}},
@@ -96,7 +110,8 @@ def test_the_private_file_is_never_a_pool(tmp_path):
                    "embedder": {"name": "tfidf", "fit_texts": "held.csv"}}},
 ])
 def test_files_read_as_public_are_neither_the_private_data_nor_the_held_out(tmp_path, public):
-    raw = {"data": {"path": "private.csv", "label_column": "label"}, "budget": {"epsilon": 1},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": ["a"]},
+           "budget": {"epsilon": 1},
            "recipe": {"name": "pe"}, "held_out": {"path": "held.csv"}, "backends": public}
     with pytest.raises(ConfigError, match="is or holds the private data"):
         parse_config(raw, "run.yaml", base_dir=tmp_path)

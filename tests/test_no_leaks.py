@@ -17,8 +17,8 @@ def private_config(tmp_path):
     frame = pd.DataFrame({"text": texts, "label": ["a", "b"] * (len(texts) // 2) + ["a"],
                           "user": [f"u{i % 20}" for i in range(len(texts))]})
     frame.to_csv(tmp_path / "private.csv", index=False)
-    config = {"data": {"path": "private.csv", "label_column": "label", "user_column": "user",
-                       "max_records_per_user": 1},
+    config = {"data": {"path": "private.csv", "label_column": "label", "labels": ["a", "b"],
+                       "user_column": "user", "max_records_per_user": 1},
               "budget": {"epsilon": 1.0},
               "recipe": {"name": "dpga", "params": {
                   "iterations": 2, "n_init": 16, "n_elite": 6, "n_rewrite": 4, "n_fill": 4,

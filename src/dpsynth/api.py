@@ -98,7 +98,7 @@ def synthesize(
 
     `data` is a pandas DataFrame, a `datasets.Dataset`, or a path to a CSV, TSV, JSONL,
     Parquet file or saved Hugging Face dataset folder. `text`, `label` (None for unlabelled
-    data), `labels` (the public label set; declare it), `user` and `max_records_per_user` are
+    data), `labels` (the public label set, needed with `label`), `user` and `max_records_per_user` are
     the `data:` section of a run config, `data_options` its other keys (`max_chars`,
     `duplicates`, ...). `epsilon`, `delta` and `split` are the `budget:` section,
     `budget_options` its other keys (`noise`). `recipe` and `params` name the recipe and its
@@ -165,7 +165,7 @@ def synthesize(
     synthetic = outputs.result
     table = pd.DataFrame({"text": synthetic.texts})
     if synthetic.labels is not None:
-        as_given = _labels_as_given(frame, label, labels)
+        as_given = _labels_as_given(labels or [])
         table["label"] = [as_given.get(y, y) for y in synthetic.labels]
     if not config.budget.private:
         table[NOT_PRIVATE_COLUMN] = True  # as in the synthetic file
@@ -181,14 +181,10 @@ def synthesize(
         ledger=outputs.ledger)
 
 
-def _labels_as_given(frame: pd.DataFrame | None, label: str | None,
-                     labels: list[Any] | None) -> dict[str, Any]:
-    """A run reads every label as text (`0` as `'0'`); an in-memory table gets its labels
-    back as it gave them: the declared values, else the column's own."""
-    given = list(labels or ())
-    if frame is not None and label in frame.columns:
-        given += frame[label].dropna().unique().tolist()
-    return {str(v).strip(): v for v in reversed(given)}
+def _labels_as_given(labels: list[Any]) -> dict[str, Any]:
+    """A run reads every label as text (`0` as `'0'`); the caller gets them back as it
+    declared them."""
+    return {str(v).strip(): v for v in labels}
 
 
 def _point_to_the_stopped_run(exc: BaseException, out: Path) -> None:

@@ -105,6 +105,20 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _label_set_is_declared(self) -> RunConfig:
+        """A label set read from the private data is not public: one unit holding a label
+        of its own would add a label to every release (a label stage, a prompt, a plan's
+        shape) that no charge covers."""
+        if self.data.label_column is not None and self.data.labels is None:
+            raise ValueError(
+                f"data.labels: declare the label set column '{self.data.label_column}' holds "
+                "(for example labels: [negative, positive]), or unset data.label_column for "
+                "unlabelled data; the label set is public, and read from the private data "
+                "one record could add a label to the output that the ledger never charged "
+                "for")
+        return self
+
+    @model_validator(mode="after")
     def _held_out_is_not_the_training_data(self) -> RunConfig:
         if self.held_out is not None and self.data.label_column is None:
             raise ValueError("held_out: needs data.label_column (it scores a classifier)")

@@ -63,7 +63,7 @@ the mark travels with a row or a file copied on its own, in every format, while 
 run's file keeps its name and its `text` and `label` columns, and readers pick those."""
 
 JOURNAL_DATA = {"path", "format", "text_column", "label_column", "labels", "user_column",
-                "max_chars", "over_length", "duplicates", "min_examples_per_label"}
+                "max_chars", "over_length", "duplicates"}
 """The `data:` settings that decide which records a folder's releases are computed from; its
 journal records them and a resumed run must ask for the same (`k` is in the journal's unit;
 `label_names` only words prompts)."""
@@ -386,7 +386,7 @@ def _privacy_report(ledger: PrivacyLedger, config: RunConfig) -> dict[str, Any]:
                   "units": "N, the number of privacy units (δ is derived from it)",
                   "unit": "user" if config.data.user_column else "record",
                   "records_per_unit": config.data.records_per_unit,
-                  "label_set": config.data.labels or "read from the data (see run.log)"}}
+                  "label_set": config.data.labels}}
     embedder = config.backends.embedder
     if embedder.name == "openai" and embedder.allow_remote_on_private:
         report["assumes"] = REMOTE_EMBEDDING_ASSUMPTION

@@ -91,7 +91,7 @@ def test_private_text_never_reaches_the_cache_file(server, tmp_path):
     """Run a private set through the normal paths with caches on, then grep the bytes."""
     gen_path, emb_path = tmp_path / "gen.sqlite", tmp_path / "emb.sqlite"
     private = PrivateDataset([*CANARIES, "an ordinary private record"],
-                             labels=["a", "b", "a"])
+                             labels=["a", "b", "a"], label_names=["a", "b"])
     emb = build_embedder(EmbedderConfig(name="openai", base_url=server.url, model="e", dim=8,
                                         cache=emb_path))
     private_vectors = private.embed(emb, allow_remote=True)  # opt-in, private path

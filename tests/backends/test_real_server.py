@@ -181,7 +181,7 @@ def test_recipe_end_to_end_through_the_server(tmp_path, real_server, served_mode
     texts, labels = ticket_texts(80)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv", index=False)
     config = parse_config({
-        "data": {"path": "private.csv", "label_column": "label"},
+        "data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
         "budget": {"epsilon": 2.0},
         "recipe": {"name": recipe, "params": PARAMS[recipe]},
         "backends": {"generator": {
@@ -225,7 +225,7 @@ def test_a_model_the_server_does_not_serve_is_one_line_and_exit_1(
     (tmp_path / "public.txt").write_text("\n".join(" ".join(WORDS[i:i + 6])
                                                    for i in range(0, len(WORDS), 3)))
     (tmp_path / "run.yaml").write_text(json.dumps({
-        "data": {"path": "private.csv", "label_column": "label"},
+        "data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
         "budget": {"epsilon": 2.0},
         "recipe": {"name": "pe", "params": PARAMS["pe"]},
         "backends": {"embedder": {"name": "tfidf", "fit_texts": "public.txt", "dim": 4},

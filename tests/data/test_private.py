@@ -15,7 +15,8 @@ CANARIES = ["canary-7f3a my diagnosis is secret", "canary-91bc account 4417-0032
 
 @pytest.fixture
 def dataset():
-    return PrivateDataset([*CANARIES, "ordinary text"], labels=["x", "y", "x"])
+    return PrivateDataset([*CANARIES, "ordinary text"], labels=["x", "y", "x"],
+                          label_names=["x", "y"])
 
 
 def test_repr_and_str_show_counts_only(dataset):
@@ -85,6 +86,11 @@ def test_declared_label_set_is_kept_and_checked():
     assert ds.label_names == ("x", "y")
     with pytest.raises(InputError, match="not in the declared label set"):
         PrivateDataset(["a"], labels=["z"], label_names=["x", "y"])
+
+
+def test_labels_without_their_declared_set_are_refused():
+    with pytest.raises(InputError, match="need their declared label set"):
+        PrivateDataset(["a", "b"], labels=["x", "y"])
 
 
 def test_units_and_records_per_unit():

@@ -57,7 +57,7 @@ def test_a_copy_of_the_input_is_caught_by_the_test(bench, tmp_path):
     texts = [f"my order {i} arrived late and the box was damaged" for i in range(30)]
     pd.DataFrame({"text": texts, "label": ["a", "b"] * 15}).to_csv(tmp_path / "d.csv",
                                                                      index=False)
-    config = {"data": {"path": "d.csv", "label_column": "label"}}
+    config = {"data": {"path": "d.csv", "label_column": "label", "labels": ["a", "b"]}}
     args = argparse.Namespace(k=5, seed=0)
     row = bench._copy_control(config, tmp_path / "c.yaml", args)
     assert (row["auc"], row["verbatim"], row["private records"]) == (1.0, 5, 35)

@@ -20,7 +20,7 @@ def table(n_per_label, shift=0):
 
 def config(tmp_path, **extra):
     (tmp_path / "public.txt").write_text("\n".join(WORDS.values()) + "\nsomething else\n")
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(WORDS)},
            "budget": {"epsilon": 1}, "recipe": {"name": "pe"},
            "backends": {"embedder": {"name": "tfidf", "fit_texts": "public.txt",  # config-relative
                                      "dim": 4}},

@@ -94,7 +94,8 @@ def test_lower_bound_is_not_available_without_a_generator(bench, monkeypatch):
 @pytest.mark.slow
 def test_a_recipe_row_runs_dpsynth_run_in_a_subprocess(bench, tmp_path):
     _dataset(tmp_path)
-    row = bench._recipe_runner("dpga", 1.0, tmp_path / "tiny", bench._parse(["tiny"]))
+    row = bench._recipe_runner("dpga", 1.0, tmp_path / "tiny", ["money", "sport"],
+                               bench._parse(["tiny"]))
     try:
         produced = row(0)
     except bench.NotAvailable as exc:  # no generator registered under this name yet

@@ -9,6 +9,7 @@ import zlib
 import numpy as np
 
 from dpsynth.backends.base import BLANK, Embedder, Generator
+from dpsynth.data import PrivateDataset
 
 VOCAB = {
     "billing": ["invoice", "refund", "charge", "payment", "card", "bill", "fee", "price"],
@@ -96,3 +97,8 @@ def ticket_texts(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
         ys.append(y)
     texts[0] = CANARY
     return texts, ys
+
+
+def ticket_dataset(tickets: tuple[list[str], list[str]]) -> PrivateDataset:
+    """`ticket_texts` as a private dataset, its label set declared."""
+    return PrivateDataset(tickets[0], labels=tickets[1], label_names=sorted(VOCAB))

@@ -11,7 +11,7 @@ pytest.importorskip("opacus")
 from dpsynth.config import parse_config
 from dpsynth.ops.topics import TopicModel
 from dpsynth.synthesis import run
-from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def config(tmp_path, tickets, recipe, tiny_lm, topics, noise="cryptographic", **
             "max_length": 32, **params}
     if recipe == "ctcl":
         base["topic_model"] = str(topics)
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
            "budget": {"epsilon": 4.0, "noise": noise},
            "recipe": {"name": recipe, "params": base},
            "output": {"dir": str(tmp_path / recipe)}, "seed": 3}
@@ -95,14 +95,13 @@ def test_a_folder_of_the_older_conditions_is_refused_before_training_resumes(tmp
 
 
 def test_ctcl_keeps_the_seeds_topic_noise(tmp_path, tickets, tiny_lm, topics):
-    from dpsynth.data import PrivateDataset
     from dpsynth.methods.ctcl import Ctcl
 
     recipe = Ctcl.from_config({"steps": 6, "topic_model": str(topics)})
-    plan = recipe.budget_plan(PrivateDataset(*[tickets[0]], labels=tickets[1]), 4.0, 1e-4)
+    plan = recipe.budget_plan(ticket_dataset(tickets), 4.0, 1e-4)
     assert plan.stage("topic_histogram").noise_scale == 10.0
     free = Ctcl.from_config({"steps": 6, "topic_noise_multiplier": None}).budget_plan(
-        PrivateDataset(tickets[0], labels=tickets[1]), 4.0, 1e-4)
+        ticket_dataset(tickets), 4.0, 1e-4)
     assert not np.isclose(free.stage("topic_histogram").noise_scale, 10.0)
 
 

@@ -10,7 +10,7 @@ import pytest
 from dpsynth.config import parse_config
 from dpsynth.ops.eda import GaussianModel, estimate
 from dpsynth.synthesis import run
-from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 from tests.tiny_lm import INVERSION_DIM, one_torch_thread
 
 DIM = INVERSION_DIM
@@ -30,7 +30,7 @@ def make_config(tmp_path, tickets, decoder_dir, out="out", epsilon=8.0,
     texts, labels = tickets
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
            "budget": {"epsilon": epsilon, "noise": noise},
            "recipe": {"name": "eda",
                       "params": {**PARAMS, "decoder": str(decoder_dir), **params}},
@@ -168,10 +168,9 @@ def test_the_output_follows_the_dp_label_histogram(tmp_path, tickets, decoder_di
 
 
 def test_plan_bounds_the_iterations_by_the_budget(tickets):
-    from dpsynth.data import PrivateDataset
     from dpsynth.methods.eda import Eda
 
-    private = PrivateDataset(tickets[0], labels=tickets[1])
+    private = ticket_dataset(tickets)
     few = Eda.from_config({"iterations": 2}).budget_plan(private, 2.0, 1e-5)
     many = Eda.from_config({"iterations": 8}).budget_plan(private, 2.0, 1e-5)
     assert many.stage("selection").noise_scale > few.stage("selection").noise_scale
@@ -229,7 +228,8 @@ def test_the_plan_note_weighs_the_selection_noise_against_the_votes():
     from dpsynth.methods.eda import Eda
 
     private = PrivateDataset([f"t{i}" for i in range(5_000)],
-                             labels=["abc"[i % 3] for i in range(5_000)])
+                             labels=["abc"[i % 3] for i in range(5_000)],
+                             label_names=["a", "b", "c"])
     recipe = Eda.from_config({"n_offspring": 1_200})  # 4.2 votes a candidate
     low, high = (recipe.budget_plan(private, eps, 1e-5) for eps in (1.0, 8.0))
     assert low.stage("selection").mechanism.noise_scale > 4 * 5_000 / 1_200

@@ -75,7 +75,7 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
     from dpsynth.checkpoint import CheckpointStore
 
     texts = [f"private record number {i} with words" for i in range(60)]
-    private = PrivateDataset(texts, labels=["x", "y"] * 30)
+    private = PrivateDataset(texts, labels=["x", "y"] * 30, label_names=["x", "y"])
     recipe = KdTutor.from_config({"n_output": 10, "n_negatives": 20, "teachers": 3,
                                   "n_queries": 40, "query_batch": 8})
     ledger = PrivacyLedger(1.0, 1e-5)
@@ -153,7 +153,8 @@ def test_a_unit_joining_moves_one_labelled_teacher_and_two_counts_by_one():
 def test_labelled_without_labels_votes_private_or_public():
     recipe = KdTutor.from_config({"discriminator": "labelled"})
     assert recipe._classes(PrivateDataset(["a", "b"])) == 2
-    assert recipe._classes(PrivateDataset(["a", "b"], labels=["x", "y"])) == 3
+    labelled = PrivateDataset(["a", "b"], labels=["x", "y"], label_names=["x", "y"])
+    assert recipe._classes(labelled) == 3
 
 
 def test_a_k_plus_one_vote_batch_takes_the_same_charge_as_a_binary_one():
@@ -194,12 +195,14 @@ def test_relabel_decides_whether_a_candidate_may_leave_its_label(relabel):
 
 def test_the_plan_note_weighs_the_vote_noise_against_the_teachers():
     private = PrivateDataset([f"t{i}" for i in range(3_000)],
-                             labels=["ab"[i % 2] for i in range(3_000)])
+                             labels=["ab"[i % 2] for i in range(3_000)],
+                             label_names=["a", "b"])
     recipe = KdTutor.from_config({"teachers": 60, "n_queries": 100})
     low, high = (recipe.budget_plan(private, eps, 1e-5) for eps in (1.0, 8.0))
     assert low.stage("student_queries").noise_scale >= 30  # half of 60
     assert "half the 60 teachers' votes" in recipe.plan_notes(private, low)[0]
     assert high.stage("student_queries").noise_scale < 30
     assert recipe.plan_notes(private, high) == []
-    few = PrivateDataset([f"t{i}" for i in range(8)], labels=["ab"[i % 2] for i in range(8)])
+    few = PrivateDataset([f"t{i}" for i in range(8)], labels=["ab"[i % 2] for i in range(8)],
+                         label_names=["a", "b"])
     assert "the 8 teachers" in recipe.plan_notes(few, recipe.budget_plan(few, 1.0, 1e-2))[0]

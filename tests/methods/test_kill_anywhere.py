@@ -41,7 +41,7 @@ run(load_config(sys.argv[1]), embedder=HashEmbedder(), generator=Slow())
 def _config(tmp_path: Path, recipe: str, params: dict) -> Path:
     texts, labels = ticket_texts(120)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv", index=False)
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
            "budget": {"epsilon": BUDGET}, "recipe": {"name": recipe, "params": params},
            "output": {"dir": str(tmp_path / "out")}}
     path = tmp_path / "run.json"  # JSON is YAML

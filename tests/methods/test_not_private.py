@@ -31,7 +31,8 @@ def _config(folder: Path, recipe: str, seed: int, noise: str, users: bool,
             fmt: str = "csv") -> Path:
     texts, labels = ticket_texts(80)
     frame = pd.DataFrame({"text": texts, "label": labels})
-    data = {"path": str(folder / "private.csv"), "label_column": "label"}
+    data = {"path": str(folder / "private.csv"), "label_column": "label",
+            "labels": sorted(set(labels))}
     if users:
         frame["user"] = [f"u{i % 50}" for i in range(len(frame))]
         data |= {"user_column": "user"}
@@ -81,7 +82,8 @@ def test_every_output_says_not_private_exactly_when_the_noise_was_seeded(
         out = folder / "out"
         result = dpsynth.synthesize(  # the finished run's outputs, nothing run again
             folder / "private.csv", epsilon=2.0, user="user" if users else None,
-            recipe=recipe, params=json.loads(config.read_text())["recipe"]["params"],
+            labels=json.loads(config.read_text())["data"]["labels"], recipe=recipe,
+            params=json.loads(config.read_text())["recipe"]["params"],
             budget_options={"noise": noise}, seed=seed, output_dir=out, output_format=fmt,
             report=False, log_level=None)
         assert result.already_complete

@@ -8,10 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth.data import PrivateDataset
 from dpsynth.methods.pe import PeParams, PrivateEvolution, _distinct_quotas, _weighted_order
 from dpsynth.synthesis import run
-from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator
+from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator, ticket_dataset
 from tests.methods.test_recipes import make_config
 
 
@@ -59,7 +58,7 @@ def test_the_output_holds_each_selected_text_once(tmp_path, tickets):
 
 
 def test_labels_follow_a_dp_label_histogram_by_default(tmp_path, tickets):
-    private = PrivateDataset(tickets[0], labels=tickets[1])
+    private = ticket_dataset(tickets)
     default = PrivateEvolution.from_config({}).budget_plan(private, 2.0, 1e-4)
     assert default.stage("label_histogram").spec.fraction == PeParams().label_fraction > 0
     uniform = PrivateEvolution.from_config({"label_fraction": 0}).budget_plan(private, 2.0, 1e-4)

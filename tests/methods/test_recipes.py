@@ -13,7 +13,7 @@ from dpsynth.data import PrivateDataset
 from dpsynth.methods.dpga import Dpga
 from dpsynth.methods.dpga_metadata import Metadata
 from dpsynth.synthesis import run
-from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 
 PARAMS = {
     "dpga": {"iterations": 3, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
@@ -33,7 +33,7 @@ def make_config(tmp_path, tickets, recipe="dpga", out="out", epsilon=2.0,
     texts, labels = tickets
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
            "budget": {"epsilon": epsilon, "noise": noise},
            "recipe": {"name": recipe, "params": {**PARAMS[recipe], **params}},
            "output": {"dir": str(tmp_path / out)}, "seed": seed}
@@ -155,7 +155,7 @@ def test_budget_split_overrides_stage_fractions(tickets):
     from dpsynth.errors import ConfigError
     from dpsynth.methods.pe import PrivateEvolution
 
-    private = PrivateDataset(tickets[0], labels=tickets[1])
+    private = ticket_dataset(tickets)
     default = PrivateEvolution.from_config(PARAMS["pe"]).budget_plan(private, 2.0, 1e-4)
     smaller = PrivateEvolution.from_config(PARAMS["pe"], {"voting": 0.5}).budget_plan(private, 2.0,
                                                                                1e-4)
@@ -246,7 +246,7 @@ def test_expected_generations_match_the_run(tmp_path, tickets, recipe):
     generator = CountingGenerator()
     outputs = run(config, embedder=HashEmbedder(), generator=generator)
     expected = build_recipe(config.recipe).expected_generations(
-        PrivateDataset(tickets[0], labels=tickets[1]))
+        ticket_dataset(tickets))
     assert outputs.result.texts
     assert {op: n for op, n in generator.outputs.items() if n} == {
         op: n for op, n in expected.items() if n}
@@ -322,7 +322,7 @@ def _crashed_kd_tutor(tmp_path, tickets) -> dict:
     pd.DataFrame({"text": texts, "label": labels,
                   "user": [f"u{i}" for i in range(len(texts))]}).to_csv(
         tmp_path / "private.csv", index=False)
-    raw = {"data": {"path": "private.csv", "label_column": "label"},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
            "budget": {"epsilon": 2.0, "delta": 1e-4},
            "recipe": {"name": "kd_tutor", "params": PARAMS["kd_tutor"]},
            "output": {"dir": str(tmp_path / "o")}}
@@ -355,7 +355,7 @@ def test_a_resumed_run_must_read_the_same_records(tmp_path, tickets):
     before = journal.read_text()
     for change, named in (({"path": "other.csv"}, "data.path"),
                           ({"max_chars": 40}, "data.max_chars"),
-                          ({"labels": sorted(set(labels))}, "data.labels")):
+                          ({"labels": [*sorted(set(labels)), "other"]}, "data.labels")):
         changed = {**raw, "data": raw["data"] | change}
         with pytest.raises(InputError, match=f"another data: section \\({named} changed\\)"):
             run(parse_config(changed, base_dir=tmp_path), embedder=HashEmbedder(),
@@ -373,8 +373,8 @@ def _users_by(tmp_path, tickets, column):
                   "author": [f"a{i}" for i in range(len(texts))],
                   "org": [f"o{i // 2}" for i in range(len(texts))]}).to_csv(
         tmp_path / "private.csv", index=False)
-    raw = {"data": {"path": "private.csv", "label_column": "label", "user_column": column,
-                    "max_records_per_user": 3},
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels)),
+                    "user_column": column, "max_records_per_user": 3},
            "budget": {"epsilon": 2.0, "delta": 1e-4},
            "recipe": {"name": "kd_tutor", "params": PARAMS["kd_tutor"]},
            "output": {"dir": str(tmp_path / "o")}}

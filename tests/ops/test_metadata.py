@@ -30,7 +30,8 @@ def ledger():
 
 def dataset(lengths, labels=None):
     texts = [" ".join(f"w{i}x{j}" for j in range(n)) for i, n in enumerate(lengths)]
-    return PrivateDataset(texts, labels=labels)
+    return PrivateDataset(texts, labels=labels,
+                          label_names=sorted(set(labels)) if labels is not None else None)
 
 
 def test_length_range_finds_min_and_max(ledger):

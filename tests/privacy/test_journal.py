@@ -142,3 +142,14 @@ def test_one_run_at_a_time_per_folder(tmp_path):
         Journal.open(path, HEADER)
     first.close()
     Journal.open(path, HEADER).close()
+
+
+def test_a_data_setting_this_version_dropped_does_not_refuse_an_older_folder():
+    """`min_examples_per_label` (gone since the label set must be declared) selected no
+    record; an older journal recording it still resumes, while a setting that selects
+    records is compared."""
+    now = {"path": "/d.csv", "labels": ["a", "b"], "max_chars": 4000}
+    older = JournalHeader(2.0, 1e-5, 11, "cryptographic", "record",
+                          {**now, "min_examples_per_label": 2})
+    assert older.changed_data(now) == []
+    assert older.changed_data({**now, "max_chars": 100}) == ["max_chars"]

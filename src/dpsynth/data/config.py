@@ -28,8 +28,8 @@ class DataConfig(BaseModel):
     label_column: str | None = None
     labels: list[str] | None = Field(
         None,
-        description="the public label domain; when omitted it is read from the private data "
-        "and so treated as public",
+        description="the public label domain; a run with data.label_column needs it (it is "
+        "never read from the private data)",
     )
     label_names: dict[str, str] | None = Field(
         None,
@@ -50,9 +50,6 @@ class DataConfig(BaseModel):
         1, ge=1, description="contribution bound k: records kept per user, chosen by a hash of "
         "each record so that one user's choice reads none of the others'"
     )
-    min_examples_per_label: int = Field(2, ge=1, description="with the label set read from "
-                                        "the data (no data.labels): a label held by fewer "
-                                        "privacy units is an error")
 
     @field_validator("labels", mode="before")
     @classmethod

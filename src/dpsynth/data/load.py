@@ -11,7 +11,7 @@ from dpsynth.data.bounding import bound_contributions
 from dpsynth.data.config import DataConfig
 from dpsynth.data.io import read_table
 from dpsynth.data.private import PrivateDataset
-from dpsynth.data.validate import check_label_units, validate
+from dpsynth.data.validate import validate
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,6 @@ def load_private(spec: DataConfig, base_dir: Path | None = None,
         texts = [texts[i] for i in keep]
         if labels is not None:
             labels = [labels[i] for i in keep]
-            check_label_units(labels, [table.rows[i] for i in keep], units, spec, source)
-    if labels is not None and spec.labels is None:
-        log.warning("label set read from the private data and treated as public; "
-                    "declare it in data.labels to keep it from depending on the data")
     dataset = PrivateDataset(texts, labels=labels, label_names=spec.labels, units=units,
                              records_per_unit=spec.records_per_unit)
     log.info("private data: %d privacy units (%s-level, k = %d)", dataset.n_units,

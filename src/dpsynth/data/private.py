@@ -64,7 +64,11 @@ class PrivateDataset:
         if labels is not None:
             if len(labels) != len(texts):
                 raise InputError("labels and texts differ in length")
-            names = list(label_names) if label_names is not None else sorted(set(labels))
+            if label_names is None:
+                raise InputError("labels need their declared label set, label_names (the "
+                                 "public data.labels): a set read from the records is not "
+                                 "public")
+            names = list(label_names)
             index = {name: i for i, name in enumerate(names)}
             unknown = sorted(set(labels) - set(index))
             if unknown:

@@ -6,7 +6,6 @@ Rows are numbered from 1 in file order, the header not counted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -26,8 +25,6 @@ class CleanTable:
     texts: list[str]
     labels: list[str] | None
     users: list[str] | None
-    rows: list[int]
-    """Each record's row in the file, for errors found after cleaning."""
 
 
 def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
@@ -62,10 +59,7 @@ def validate(frame: pd.DataFrame, spec: DataConfig, source: str) -> CleanTable:
     texts = [texts[i] for i in keep]
     labels = [labels[i] for i in keep] if labels is not None else None
     users = [users[i] for i in keep] if users is not None else None
-    rows = [i + 1 for i in keep]
-    if labels is not None and users is None:  # with users: after bounding (data.load)
-        check_label_units(labels, rows, None, spec, source)
-    return CleanTable(texts=texts, labels=labels, users=users, rows=rows)
+    return CleanTable(texts=texts, labels=labels, users=users)
 
 
 def _first_per_user(texts: list[str], users: list[str]) -> list[int]:
@@ -118,29 +112,6 @@ def _check_declared_labels(labels: list[str], spec: DataConfig, source: str) -> 
         raise DataError(
             f"the label is not one of data.labels {spec.labels}; add it to data.labels or "
             "fix the data",
-            path=source, row=row, field=spec.label_column,
-        )
-
-
-def check_label_units(labels: list[str], rows: list[int], units: Sequence[int] | None,
-                      spec: DataConfig, source: str) -> None:
-    """Refuse a label held by fewer than `min_examples_per_label` privacy units (records, or
-    users once their records are bounded) in a label set read from the data: counted in
-    records, one user's two records of a label of their own would put it there. Declared
-    labels are public whatever their counts (zero included): no check, no abort that one
-    unit could flip."""
-    if spec.labels is not None:
-        return
-    holders = pd.DataFrame({"label": labels,
-                            "unit": range(len(labels)) if units is None else units})
-    counts = holders.drop_duplicates()["label"].value_counts()
-    rare = counts[counts < spec.min_examples_per_label]
-    if len(rare):
-        row = rows[labels.index(str(rare.index[0]))]
-        held = "example(s)" if units is None else "user(s) after data.max_records_per_user"
-        raise DataError(  # read from the data, the label is not quoted: it could be private
-            f"the label has {int(rare.iloc[0])} {held}, fewer than "
-            f"data.min_examples_per_label={spec.min_examples_per_label}; merge or remove it",
             path=source, row=row, field=spec.label_column,
         )
 

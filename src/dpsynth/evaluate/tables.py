@@ -45,6 +45,6 @@ def read_text_table(path: str | Path, text_column: str = "text",
                             f"{', '.join(map(str, frame.columns))}", path=str(path))
         label_column = None
     spec = DataConfig(path=path, text_column=text_column, label_column=label_column,
-                      duplicates="keep", min_examples_per_label=1)
+                      duplicates="keep")
     table = validate(frame, spec, source=str(path))
     return TextTable(table.texts, table.labels, str(path))

@@ -59,11 +59,11 @@ class JournalHeader:
                 **({"data": self.data} if self.data is not None else {})}
 
     def changed_data(self, data: dict[str, Any]) -> list[str]:
-        """The `data:` settings asked for differently (none in an older journal)."""
+        """The `data:` settings asked for differently (none in an older journal; a setting
+        this version no longer has, `min_examples_per_label`, selects no record)."""
         if self.data is None:
             return []
-        return sorted(key for key in self.data.keys() | data.keys()
-                      if self.data.get(key) != data.get(key))
+        return sorted(key for key in data if self.data.get(key) != data.get(key))
 
     def _terms(self) -> tuple:
         return self.epsilon, self.delta, self.noise, self.unit
