@@ -89,6 +89,21 @@ def test_the_private_file_is_never_a_pool(tmp_path):
         parse_config(raw, base_dir=tmp_path)
 
 
+@pytest.mark.parametrize(("labels", "refused"), [
+    ([], "at least one label"), (["a", " "], "none of them blank"),
+    (["a", "b", "a "], r"label\(s\) \['a'\] declared more than once"),
+])
+def test_a_declared_label_set_is_a_set_of_labels(labels, refused):
+    """A repeated label would give one class two codes (its records voting for neither); a
+    blank one names nothing."""
+    raw = {"data": {"path": "p.csv", "label_column": "label", "labels": labels},
+           "budget": {"epsilon": 1}, "recipe": {"name": "pe"}}
+    with pytest.raises(ConfigError, match=refused):
+        parse_config(raw)
+    assert parse_config({**raw, "data": {**raw["data"], "labels": [" a", "b "]}}
+                        ).data.labels == ["a", "b"]  # read stripped, as the data's are
+
+
 def test_a_run_on_labelled_data_needs_its_label_set_declared():
     """Read from the data, the label set would move with one unit: a user with a label of
     their own would add it to the plan, the prompts and the output, and no charge covers

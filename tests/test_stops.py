@@ -239,8 +239,9 @@ def test_a_held_out_section_added_to_a_finished_run_scores_it_and_releases_nothi
     capsys.readouterr()
 
     marker = out / "checkpoints" / "complete.json"  # as an older dpsynth wrote it: without
-    done = json.loads(marker.read_text())  # keys added since (None by default)
-    del done["config"]["data"]["label_names"]
+    done = json.loads(marker.read_text())  # keys added since (None by default), with one
+    del done["config"]["data"]["label_names"]  # removed since
+    done["config"]["data"]["min_examples_per_label"] = 2
     marker.write_text(json.dumps(done))
     texts, labels = ticket_texts(40, seed=9)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "held.csv", index=False)

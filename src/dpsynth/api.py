@@ -40,8 +40,9 @@ class SynthesisResult:
 
     data: Any
     """The synthetic set: a pandas DataFrame (`text`, and `label` when the input had labels,
-    with an in-memory table's label values as it gave them; and `not_private`, true in every
-    row, when the noise was seeded), or a `datasets.Dataset` when the input was one."""
+    each label the value declared in `labels`, numbers as numbers; and `not_private`, true
+    in every row, when the noise was seeded), or a `datasets.Dataset` when the input was
+    one."""
     privacy: dict[str, Any]
     """The ledger's summary: `epsilon` spent (composed with the PLD accountant and
     recomputed from the recorded events), `epsilon_budget`, `delta`, `private` (False for a
@@ -98,9 +99,9 @@ def synthesize(
 
     `data` is a pandas DataFrame, a `datasets.Dataset`, or a path to a CSV, TSV, JSONL,
     Parquet file or saved Hugging Face dataset folder. `text`, `label` (None for unlabelled
-    data), `labels` (the public label set, needed with `label`), `user` and `max_records_per_user` are
-    the `data:` section of a run config, `data_options` its other keys (`max_chars`,
-    `duplicates`, ...). `epsilon`, `delta` and `split` are the `budget:` section,
+    data), `labels` (the public label set, needed with `label`), `user` and
+    `max_records_per_user` are the `data:` section of a run config, `data_options` its other
+    keys (`max_chars`, `duplicates`, ...). `epsilon`, `delta` and `split` are the `budget:` section,
     `budget_options` its other keys (`noise`). `recipe` and `params` name the recipe and its
     parameters (docs/config.md has every recipe's table). `generator` and `embedder` are a
     backend name (`"openai"`), a mapping of its config keys (`{"name": "openai",

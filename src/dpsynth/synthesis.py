@@ -309,6 +309,11 @@ def _mark_complete(config: RunConfig, outputs: RunOutputs, releases: int) -> Non
         "config": _comparable(config)}, indent=2))
 
 
+DROPPED_DATA = {"min_examples_per_label"}
+"""`data:` settings older versions recorded and this one no longer has: none selected a record
+(the label set, which `min_examples_per_label` guarded, must now be declared), so a finished
+run that recorded one is still this config's."""
+
 RESCORING_SECTIONS = ("held_out",)
 """Config sections that only score a finished run's output, on real records kept out of
 `data.path`: they release nothing and read no private record, so adding or changing one on a
@@ -321,6 +326,8 @@ def _comparable(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     dumped = config.model_dump(mode="json") if isinstance(config, RunConfig) else dict(config)
     dumped["output"] = {k: v for k, v in dumped["output"].items()
                         if k != "dir"}  # the same folder, however it was spelled
+    dumped["data"] = {k: v for k, v in dumped["data"].items()
+                      if k not in DROPPED_DATA}
     for section in RESCORING_SECTIONS:
         dumped.pop(section, None)
     return dumped

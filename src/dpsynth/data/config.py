@@ -60,6 +60,21 @@ class DataConfig(BaseModel):
             return [as_label(v) for v in value]
         return value
 
+    @field_validator("labels")
+    @classmethod
+    def _a_label_set(cls, labels: list[str] | None) -> list[str] | None:
+        """The data's labels are read stripped, so a declared ` a` would match none; a
+        repeated label would get two codes for one class (config, public: safe to quote)."""
+        if labels is None:
+            return None
+        stripped = [label.strip() for label in labels]
+        if not stripped or not all(stripped):
+            raise ValueError("declare at least one label, none of them blank")
+        repeated = sorted({label for label in stripped if stripped.count(label) > 1})
+        if repeated:
+            raise ValueError(f"label(s) {repeated} declared more than once")
+        return stripped
+
     @field_validator("label_names", mode="before")
     @classmethod
     def _number_keys_are_labels(cls, value: object) -> object:

@@ -70,12 +70,9 @@ class PrivateDataset:
                                  "public")
             names = list(label_names)
             index = {name: i for i, name in enumerate(names)}
-            unknown = sorted(set(labels) - set(index))
-            if unknown:
-                raise InputError(
-                    f"{len(unknown)} label value(s) are not in the declared label set "
-                    f"{names}; add them to data.labels or fix the data"
-                )
+            if not set(labels) <= set(index):  # how many are not depends on the data
+                raise InputError(f"a label is not in the declared label set {names}; add it "
+                                 "to data.labels or fix the data")
             self.label_names: tuple[str, ...] | None = tuple(names)
             self._label_codes: np.ndarray | None = np.array([index[v] for v in labels])
         else:
