@@ -89,7 +89,7 @@ def train(prepared: Path, runs: list[dict], out: Path, tar_name: str) -> None:
     for spec in runs:
         folder = prepared / spec["dataset"]
         table = read_text_table(folder / "train.csv", require_labels=True)
-        texts, labels = table.texts, sorted(set(table.labels or []))  # the declared label set
+        texts, labels = table.texts, sorted(set(table.labels or []))  # a public set's labels
         embedder = TopicCentroids(texts, np.load(folder / "topics.npy"), centroids,
                                   json.loads((folder / "embedder.json").read_text()))
         for seed in spec["seeds"]:

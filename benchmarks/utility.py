@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     data = Path(args.data_root) / args.dataset
     train = read_text_table(data / "train.csv", require_labels=True)
     test = _sample(read_text_table(data / "test.csv", require_labels=True), args.test_size, 0)
-    labels = sorted(set(train.labels or []))  # the task's label set, declared as a user would
+    labels = sorted(set(train.labels or []))  # a public benchmark: its published label set
     embedder = build_embedder(EmbedderConfig(name=args.embedder))
     config = EvalConfig(seed=0, max_samples=args.n_synthetic, mauve=not args.no_mauve,
                         classifier=args.classifier,
