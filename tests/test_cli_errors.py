@@ -57,6 +57,18 @@ def test_an_undeclared_label_names_file_row_and_field(tmp_path, capsys):
     assert "technical" not in line  # a label column set to a text column: a private text
 
 
+def test_labelled_data_without_its_label_set_is_one_line_shown_as_written(tmp_path, capsys):
+    """The message's `[negative, positive]` is text, not console markup to swallow."""
+    config = write_config(tmp_path)
+    raw = yaml.safe_load(config.read_text())
+    del raw["data"]["labels"]
+    config.write_text(yaml.safe_dump(raw))
+    assert run_cli("plan", str(config)) == 2
+    line = one_line_error(capsys)
+    assert "data.labels: declare the label set column 'label' holds (for example labels: " \
+           "[negative, positive])" in line
+
+
 def test_an_unknown_recipe_param_names_the_config_before_the_data_is_read(tmp_path, capsys):
     config = write_config(tmp_path, recipe={"name": "pe", "params": {"iteratons": 3}})
     (tmp_path / "d.csv").unlink()  # were the data read first, this would be the error

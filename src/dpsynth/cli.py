@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from dpsynth import __version__
 from dpsynth.config import RunConfig, load_config
@@ -252,8 +253,8 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=argv, standalone_mode=False)
     except DpsynthError as exc:
         what = "interrupted" if isinstance(exc, Interrupted) else "error"
-        Console(stderr=True).print(f"[bold red]{what}:[/bold red] {exc}", highlight=False,
-                                   soft_wrap=True)
+        Console(stderr=True).print(f"[bold red]{what}:[/bold red] {escape(str(exc))}",
+                                   highlight=False, soft_wrap=True)
         log.debug("error detail:\n%s", where_raised(exc))
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
