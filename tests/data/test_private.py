@@ -21,7 +21,7 @@ def dataset():
 
 def test_repr_and_str_show_counts_only(dataset):
     for shown in (repr(dataset), str(dataset), f"{dataset}", f"{dataset!s:>10}"):
-        assert shown == "PrivateDataset(records=3, units=3, labels=2)"
+        assert shown == "PrivateDataset(units=3, labels=2)"
 
 
 def test_logging_the_dataset_leaks_no_text(dataset, caplog):

@@ -104,9 +104,9 @@ class PrivateDataset:
         return len(self._texts)
 
     def __repr__(self) -> str:
+        """N and the declared labels only: with k > 1 the number of records is private."""
         labels = len(self.label_names) if self.label_names is not None else 0
-        return (f"PrivateDataset(records={self.n_records}, units={self.n_units}, "
-                f"labels={labels})")
+        return f"PrivateDataset(units={self.n_units}, labels={labels})"
 
     __str__ = __repr__
 

@@ -300,9 +300,9 @@ class Cluster:
     def voters(self, private: PrivateDataset) -> ShardedVoters:
         """One actor per block of the private records (blocks by digest, `shard_blocks`),
         each holding its block's embeddings for votes."""
-        if private.n_records < self.executor.workers:
+        if private.n_units < self.executor.workers:  # N, public (the records count is not)
             raise DpsynthError(f"backends.executor.workers: {self.executor.workers} shards "
-                               f"for {private.n_records} records; use fewer workers")
+                               f"for N = {private.n_units} privacy units; use fewer workers")
         texts = private.texts(Access.LOCAL_EMBEDDING)
         labels = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
         blocks = [block for block in shard_blocks(texts, self.executor.workers) if len(block)]
