@@ -98,10 +98,10 @@ def _cell(base: dict, config_path: Path, recipe: str, spec: dict, eps: str, repe
             elif users:
                 _one_user_per_copy(planted_path, data.get("text_column", "text"), users,
                                    canaries)
-        row["private records"] = len(load_private(DataConfig.model_validate(data)).dataset)
+        row["private records"] = load_private(DataConfig.model_validate(data)).n_records
         if args.generator_json:
             config.setdefault("backends", {})["generator"] = json.loads(args.generator_json)
-        _absolute_backend_paths(config, config_path.parent)
+        _absolute_paths(config, config_path.parent)
         run_dir = Path(tmp) / "run"
         config["output"] = {**config.get("output", {}), "dir": str(run_dir), "format": "csv"}
         config["seed"] = args.seed
@@ -176,15 +176,25 @@ def _one_user_per_copy(path: Path, text_column: str, user_column: str,
     write_table(frame, path)
 
 
-def _absolute_backend_paths(config: dict, base: Path) -> None:
-    """The run config moves to a temporary folder: backend paths that name files beside the
-    original config are made absolute so that they still resolve."""
-    for backend in config.get("backends", {}).values():
-        for key in ("model", "cache", "prompts"):
-            value = backend.get(key) if isinstance(backend, dict) else None
-            if isinstance(value, str) and not Path(value).is_absolute() \
-                    and (base / value).exists():
-                backend[key] = str((base / value).resolve())
+def _absolute_paths(config: dict, base: Path) -> None:
+    """The run config moves to a temporary folder: paths that name files beside the original
+    config (a pool, an embedder's fit texts, a model or decoder, a held-out split) are made
+    absolute so that they still resolve."""
+    def walk(section: object) -> None:
+        if not isinstance(section, dict):
+            return
+        for key, value in section.items():
+            if isinstance(value, dict):
+                walk(value)
+            elif key in PATH_KEYS and isinstance(value, str) \
+                    and not Path(value).is_absolute() and (base / value).exists():
+                section[key] = str((base / value).resolve())
+
+    for name in ("backends", "recipe", "held_out"):
+        walk(config.get(name))
+
+
+PATH_KEYS = {"model", "cache", "prompts", "path", "fit_texts", "decoder", "topic_model"}
 
 
 def _fmt(value: object) -> str:

@@ -2,6 +2,7 @@
 
 import argparse
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -61,3 +62,35 @@ def test_a_copy_of_the_input_is_caught_by_the_test(bench, tmp_path):
     args = argparse.Namespace(k=5, seed=0)
     row = bench._copy_control(config, tmp_path / "c.yaml", args)
     assert (row["auc"], row["verbatim"], row["private records"]) == (1.0, 5, 35)
+
+
+def test_paths_beside_the_config_still_resolve_from_the_temporary_folder(bench, tmp_path):
+    """The planted run's config is written elsewhere: a pool, fit texts, a decoder and the
+    held-out split named relative to the original config are made absolute."""
+    for name in ("pool.txt", "fit.txt", "head", "held.csv"):
+        (tmp_path / name).write_text("x")
+    config = {"backends": {"generator": {"name": "pool", "path": "pool.txt",
+                                         "embedder": {"name": "tfidf", "fit_texts": "fit.txt"}},
+                           "embedder": {"name": "minilm"}},
+              "recipe": {"name": "eda", "params": {"decoder": "head", "model": "gpt2"}},
+              "held_out": {"path": "held.csv"}, "data": {"path": "d.csv"}}
+    bench._absolute_paths(config, tmp_path)
+    generator = config["backends"]["generator"]
+    assert generator["path"] == str(tmp_path / "pool.txt")
+    assert generator["embedder"]["fit_texts"] == str(tmp_path / "fit.txt")
+    assert config["recipe"]["params"] == {"decoder": str(tmp_path / "head"), "model": "gpt2"}
+    assert config["held_out"]["path"] == str(tmp_path / "held.csv")
+    assert config["data"]["path"] == "d.csv"  # data is planted in a copy, not resolved here
+
+
+@pytest.mark.slow
+def test_a_cell_plants_runs_and_scores_the_bundled_example(bench, tmp_path):
+    from dpsynth.examples import EXAMPLE_CONFIG
+
+    assert bench.main([str(EXAMPLE_CONFIG), "--epsilons", "4", "--repeats", "1", "--k", "5",
+                       "--out", str(tmp_path)]) == 0
+    rows = json.loads(next(tmp_path.glob("canary-exposure-*.json")).read_text())
+    cell = rows[1]
+    assert "note" not in cell, cell.get("note")
+    assert cell["synthetic"] == 100 and 0 <= cell["auc"] <= 1
+    assert cell["verbatim"] == 0  # a pool's texts are public: no canary comes back verbatim
