@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -92,12 +93,14 @@ def _fresh(args: argparse.Namespace) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     data = Path(args.data_root) / args.dataset
     out = Path(args.out or ROOT / "runs" / f"eda-{args.dataset}-eps{args.epsilon:g}")
     out.mkdir(parents=True, exist_ok=True)
-    train = pd.read_csv(data / "train.csv").sample(n=args.n_private, random_state=args.seed)
+    full = pd.read_csv(data / "train.csv")
+    train = full.sample(n=args.n_private, random_state=args.seed)
     train.to_csv(out / "private.csv", index=False)
+    shutil.copy(data / "test.csv", out / "test.csv")  # where `--run` looks for the split
     params = {"iterations": args.iterations, "n_public": args.n_public,
               "n_offspring": args.n_offspring, "n_output": args.n_output}
-    raw = {"data": {"path": "private.csv", "label_column": "label",
-                    "labels": sorted(map(str, train["label"].unique()))},
+    raw = {"data": {"path": str((out / "private.csv").resolve()), "label_column": "label",
+                    "labels": sorted(map(str, full["label"].unique()))},  # the set's labels
            "budget": {"epsilon": args.epsilon},
            "recipe": {"name": "eda", "params": params},
            "output": {"dir": str(out / "run")}, "seed": args.seed}
