@@ -65,7 +65,7 @@ def kept_records(run_dir: Path) -> int:
     return sum(1 for _ in synthetic.open())
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", default="main,dpga,pe,eda")
@@ -79,6 +79,7 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs; scale {args.scale:g}; runs in {folder}")
     print(f"{'job':<6} {'wall s':>8} {'CPU s':>8} {'target s':>9} {'met':>4} "
           f"{'kept':>6} {'gen calls':>9} {'calls/kept':>10} {'load':>5}", flush=True)
+    failed = []
     for name in args.jobs.split(","):
         params, target = table[name]
         if params is None:
@@ -97,6 +98,7 @@ def main() -> None:
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if done.returncode != 0:
             print(f"{name:<6} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+            failed.append(name)
             continue
         usage = json.loads((run_dir / "usage.json").read_text())
         calls = usage.get("generator", {}).get("outputs", 0)
@@ -106,7 +108,8 @@ def main() -> None:
               f"{calls:9.0f} {calls / max(kept, 1):10.1f} {load:5.1f}", flush=True)
     print(f"\ncalls/kept target <= {CALLS_PER_SAMPLE_TARGET}; load average "
           f"{os.getloadavg()[0]:.1f} at end")
+    return 1 if failed else 0  # a failed job is a failed benchmark, not a missing row
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
