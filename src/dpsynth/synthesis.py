@@ -28,7 +28,7 @@ from dpsynth.backends.label_names import with_label_names
 from dpsynth.backends.ray_cluster import ray_session
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig
-from dpsynth.data import read_table, write_table
+from dpsynth.data import DataConfig, read_table, write_table
 from dpsynth.data.load import resolve_path
 from dpsynth.errors import InputError
 from dpsynth.logs import where_raised
@@ -309,11 +309,6 @@ def _mark_complete(config: RunConfig, outputs: RunOutputs, releases: int) -> Non
         "config": _comparable(config)}, indent=2))
 
 
-DROPPED_DATA = {"min_examples_per_label"}
-"""`data:` settings older versions recorded and this one no longer has: none selected a record
-(the label set, which `min_examples_per_label` guarded, must now be declared), so a finished
-run that recorded one is still this config's."""
-
 RESCORING_SECTIONS = ("held_out",)
 """Config sections that only score a finished run's output, on real records kept out of
 `data.path`: they release nothing and read no private record, so adding or changing one on a
@@ -326,8 +321,9 @@ def _comparable(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     dumped = config.model_dump(mode="json") if isinstance(config, RunConfig) else dict(config)
     dumped["output"] = {k: v for k, v in dumped["output"].items()
                         if k != "dir"}  # the same folder, however it was spelled
-    dumped["data"] = {k: v for k, v in dumped["data"].items()
-                      if k not in DROPPED_DATA}
+    # a `data:` setting an older version recorded and this one dropped (min_examples_per_label)
+    # selects no record now: ignored, as the journal's comparison ignores it
+    dumped["data"] = {k: v for k, v in dumped["data"].items() if k in DataConfig.model_fields}
     for section in RESCORING_SECTIONS:
         dumped.pop(section, None)
     return dumped
