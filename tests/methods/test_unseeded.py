@@ -59,22 +59,20 @@ def _check(outputs, tmp_path, tickets, epsilon=4.0):
     assert CANARY not in outputs.result.texts
 
 
-@pytest.fixture
-def stand_ins(request, tmp_path, tickets):
+def tiny_stand_ins(recipe, tmp_path, getfixturevalue):
     """(params, embedder) for a recipe on the tiny stand-ins of its own tests."""
-    recipe = request.param
     params = dict(TINY[recipe])
     embedder = HashEmbedder()
     if recipe == "eda":
         pytest.importorskip("torch")
         from tests.tiny_lm import INVERSION_DIM
 
-        params["decoder"] = str(request.getfixturevalue("tiny_inversion")[1])
+        params["decoder"] = str(getfixturevalue("tiny_inversion")[1])
         embedder = HashEmbedder(INVERSION_DIM)
     if recipe in ("ctcl", "dpft"):
         pytest.importorskip("torch")
         pytest.importorskip("opacus")
-        params["model"] = str(request.getfixturevalue("tiny_lm"))
+        params["model"] = str(getfixturevalue("tiny_lm"))
     if recipe == "ctcl":
         from dpsynth.ops.topics import TopicModel
 
@@ -83,7 +81,13 @@ def stand_ins(request, tmp_path, tickets):
         params["topic_model"] = str(TopicModel(
             centroids, [["invoice", "refund"], ["parcel", "courier"], ["wifi", "battery"]],
             {"method": "test"}).save(tmp_path / "topics"))
-    return recipe, params, embedder
+    return params, embedder
+
+
+@pytest.fixture
+def stand_ins(request, tmp_path):
+    recipe = request.param
+    return (recipe, *tiny_stand_ins(recipe, tmp_path, request.getfixturevalue))
 
 
 def _one_thread_if_torch(recipe):

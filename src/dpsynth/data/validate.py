@@ -86,6 +86,7 @@ def _text_column(values: list, spec: DataConfig, source: str) -> list[str]:
         if not value.strip():
             raise DataError("text is empty or whitespace only", path=source, row=row,
                             field=spec.text_column)
+        _check_unicode(value, source, row, spec.text_column, "text")
         texts.append(value.strip())
     return texts
 
@@ -98,8 +99,22 @@ def _required_strings(frame: pd.DataFrame, column: str | None, source: str,
     for row, value in enumerate(frame[column].tolist(), start=1):
         if _is_missing(value) or not str(value).strip():
             raise DataError(f"{what} is missing", path=source, row=row, field=column)
+        _check_unicode(str(value), source, row, column, what)
         out.append(str(value).strip())
     return out
+
+
+def _check_unicode(value: str, source: str, row: int, field: str, what: str) -> None:
+    """Refuse a value UTF-8 cannot encode (a lone surrogate, which JSON and in-memory tables
+    can hold). Every later step encodes it (the keyed hash, the tokenizers), so accepting it
+    would let one record stop the run after the first release: a stop D' makes and D does not,
+    which no ledger entry charges."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f"{what} holds a lone surrogate, which is not Unicode text; fix the "
+                        "record or re-encode the source as UTF-8",
+                        path=source, row=row, field=field) from None
 
 
 def _check_declared_labels(labels: list[str], spec: DataConfig, source: str) -> None:
