@@ -244,6 +244,29 @@ def test_a_copy_of_the_private_file_as_pool_is_refused_by_the_cli(frame, tmp_pat
     assert info.value.code == 2 and "holds the private texts" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["embedder", "generator"])
+def test_a_copy_of_the_private_file_as_tfidf_fit_texts_is_refused(frame, tmp_path, capsys,
+                                                                 where):
+    """Fitted on private text, the TF-IDF vocabulary would make every vote depend on the whole
+    private set: a copy is refused as a pool is, before anything is released."""
+    frame.to_csv(tmp_path / "private.csv", index=False)
+    (tmp_path / "copy.txt").write_text("\n".join(["public words"] * 3 + list(frame["text"])))
+    (tmp_path / "public.txt").write_text("\n".join(f"public text {i}" for i in range(40)))
+    tfidf = {"name": "tfidf", "fit_texts": "copy.txt"}
+    backends = ({"embedder": tfidf} if where == "embedder" else
+                {"generator": {"name": "pool", "path": "public.txt", "embedder": tfidf}})
+    config = {"data": {"path": "private.csv", "label_column": "label", "labels": LABELS},
+              "budget": {"epsilon": 1}, "recipe": {"name": "pe"}, "backends": backends,
+              "output": {"dir": str(tmp_path / "out")}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(tmp_path / "run.yaml")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "fit_texts" in err and "holds the private texts" in err
+    assert CANARY not in err
+    assert not (tmp_path / "out" / "privacy.json").exists()
+
+
 def test_a_stopped_temporary_run_says_where_its_releases_are(frame, tmp_path, monkeypatch):
     from tests.methods.test_recipes import CrashingGenerator
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from dpsynth.config import RunConfig
 from dpsynth.data import PrivateDataset, load_private
+from dpsynth.data.load import units_text
 from dpsynth.errors import ConfigError
 from dpsynth.methods.base import Recipe
 from dpsynth.methods.registry import build_recipe
@@ -35,6 +36,7 @@ def make_plan(config: RunConfig, frame: pd.DataFrame | None = None) -> RunPlan:
     run on, and plan its budget: all before anything is released."""
     data = load_private(config.data, config.base_dir, frame)
     _refuse_a_pool_of_private_texts(config, data)
+    _refuse_fit_texts_of_private_texts(config, data)
     _refuse_a_held_out_of_private_texts(config, data)
     delta = resolve_delta(config.budget, data.n_units)
     recipe = build_recipe(config.recipe, config.budget.split)
@@ -56,6 +58,24 @@ def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> 
     if data.mostly_within(read_pool_texts(pool, generator.text_column, None)):
         raise ConfigError(f"backends.generator.path: {pool} holds the private texts (half or "
                           "more of them verbatim); a pool must be public text")
+
+
+def _refuse_fit_texts_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:
+    """A TF-IDF vocabulary fitted on private texts makes every unit's embedding, and so every
+    vote, depend on the whole private set, not on that unit alone. The config refuses the
+    private file named as fit_texts; this catches a copy of it (or a file that holds it),
+    before anything is released."""
+    from dpsynth.backends.tfidf import read_public_texts
+
+    generator = config.backends.generator
+    for field, embedder in (("backends.embedder", config.backends.embedder),
+                            ("backends.generator.embedder", generator.embedder)):
+        if embedder.name != "tfidf" or embedder.fit_texts is None:
+            continue
+        path = config._resolved(embedder.fit_texts)
+        if data.mostly_within(read_public_texts(path, embedder.fit_text_column)):
+            raise ConfigError(f"{field}.fit_texts: {path} holds the private texts (half or "
+                              "more of them verbatim); fit TF-IDF on public text")
 
 
 def _refuse_a_held_out_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:
@@ -86,7 +106,7 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     table.add_column("item", style="bold")
     table.add_column("value")
     table.add_row("recipe", cfg.recipe.name)
-    table.add_row("privacy units", f"N = {ds.n_units} ({unit}-level, k = "
+    table.add_row("privacy units", f"N {units_text(ds)} ({unit}-level, k = "
                                    f"{ds.records_per_unit} record(s) per unit)")
     named = cfg.data.label_names or {}
     table.add_row("labels", ", ".join(f"{label} ({named[label]})" if label in named else label

@@ -386,7 +386,10 @@ def _privacy_report(ledger: PrivacyLedger, config: RunConfig) -> dict[str, Any]:
     report = {**ledger.to_dict(), "recomputed_epsilon": recomputed.spent(),
               "private": config.budget.private,
               "public_facts": {
-                  "units": "N, the number of privacy units (δ is derived from it)",
+                  "units": ("N, the number of privacy units (δ is derived from it)"
+                            if config.data.max_units is None else
+                            f"data.max_units = {config.data.max_units}, a declared bound on N "
+                            "(δ and sampling rates are derived from it; N is not public)"),
                   "unit": "user" if config.data.user_column else "record",
                   "records_per_unit": config.data.records_per_unit,
                   "label_set": config.data.labels}}

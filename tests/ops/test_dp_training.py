@@ -1,5 +1,6 @@
 """DP fine-tuning on a tiny local GPT-2: it learns, charges every step, stops at the budget."""
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -302,15 +303,41 @@ def test_every_step_draws_its_own_key():
     assert len(keys) == config.steps == len(set(keys))
 
 
-def test_a_sampling_rate_the_sampler_would_exceed_is_refused():
-    """1,000 sequences at q = 0.0106: batches of round(10.6) = 11, so opacus samples at
-    1/ceil(1000/11) = 0.01099 > q; the charge would understate the rate."""
-    config = DpTraining(steps=1, sampling_rate=0.0106, noise_multiplier=1.0, max_length=12)
+@pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
+@pytest.mark.parametrize(("n", "rate"), [(1000, 0.0106), (106, 32 / 106), (40, 0.25)])
+def test_the_sampler_runs_at_the_rate_the_ledger_charges(monkeypatch, mode, n, rate):
+    """At 1,000 sequences and q = 0.0106 a plain loader of batches of round(10.6) = 11 would
+    sample at 1/91 = 0.01099; at 106 and 32/106 = 0.302, at 1/4 = 0.25. The sampler now runs
+    at q itself, and the number of sequences it draws per step has mean N·q."""
+    from opacus.data_loader import DPDataLoader
+
+    seen = []
+    original = DPDataLoader.__iter__
+
+    def spy(self):
+        seen.append(self.sample_rate)
+        return original(self)
+
+    monkeypatch.setattr(DPDataLoader, "__iter__", spy)
+    config = DpTraining(steps=2, sampling_rate=rate, noise_multiplier=1.0, max_length=12,
+                        grad_sample_mode=mode)
     ledger = PrivacyLedger(50.0, 1e-5, discretization=1e-2)
-    with pytest.raises(ValueError, match="above the rate charged"):
-        dp_finetune(tiny_model(), sequences(1000), PAD, config, ledger, "training",
-                    step_event(1.0, 0.0106), next_key=lambda: b"k" * 16)
-    assert not ledger.charges
+    dp_finetune(tiny_model(), sequences(n), PAD, config, ledger, "training",
+                step_event(1.0, rate), next_key=lambda: b"k" * 16)
+    assert seen == [rate, rate]
+    assert len(ledger.charges) == 2
+
+
+def test_poisson_batches_have_the_charged_mean_size():
+    import torch
+
+    from dpsynth.ops.dp_training import poisson_loader
+
+    loader = poisson_loader(torch.utils.data.TensorDataset(torch.arange(106)), 32 / 106)
+    torch.manual_seed(0)
+    sizes = [len(next(iter(loader))[0]) for _ in range(2000)]
+    # mean 32, std of the mean sqrt(32 · (1 - q) / 2000) ≈ 0.106: 5 std either side
+    assert abs(np.mean(sizes) - 32) < 0.55
 
 
 @pytest.mark.parametrize("mode", ["bk", "hooks"])

@@ -40,11 +40,17 @@ class DataConfig(BaseModel):
     user_column: str | None = Field(
         None, description="with a user column the unit of privacy is the user, not the record"
     )
-    max_chars: int = Field(4000, gt=0, description="cap on a text's length in characters")
+    max_chars: int = Field(4000, gt=0, le=1_000_000, description="cap on a text's length in "
+                           "characters: bounds what one record can cost a later step")
     over_length: Literal["truncate", "reject"] = "truncate"
     duplicates: Literal["keep", "drop"] = Field(
         "keep", description="`drop` removes a text a user repeats (needs user_column); texts "
         "repeated across units are always kept, each unit its own"
+    )
+    max_units: int | None = Field(
+        None, ge=3, description="a public upper bound on N, the number of privacy units, for "
+        "when N itself is sensitive: δ, sampling rates and the plan use it instead of the "
+        "data's N, which is then never shown; a set with more units is refused"
     )
     max_records_per_user: int = Field(
         1, ge=1, description="contribution bound k: records kept per user, chosen by a hash of "

@@ -12,6 +12,7 @@ from dpsynth.data.config import DataConfig
 from dpsynth.data.io import read_table
 from dpsynth.data.private import PrivateDataset
 from dpsynth.data.validate import validate
+from dpsynth.errors import DataError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,19 @@ def load_private(spec: DataConfig, base_dir: Path | None = None,
         texts = [texts[i] for i in keep]
         if labels is not None:
             labels = [labels[i] for i in keep]
-    dataset = PrivateDataset(texts, labels=labels, label_names=spec.labels, units=units,
-                             records_per_unit=spec.records_per_unit)
-    log.info("private data: %d privacy units (%s-level, k = %d)", dataset.n_units,
+    try:
+        dataset = PrivateDataset(texts, labels=labels, label_names=spec.labels, units=units,
+                                 records_per_unit=spec.records_per_unit,
+                                 max_units=spec.max_units)
+    except InputError as error:
+        raise DataError(str(error), path=source) from None
+    log.info("private data: N %s privacy units (%s-level, k = %d)", units_text(dataset),
              "user" if spec.user_column else "record", spec.records_per_unit)
     return dataset
+
+
+def units_text(dataset: PrivateDataset) -> str:
+    """N as it may be shown, after "N": "= count", or "≤ bound" where N is not public."""
+    if dataset.n_units_is_a_bound:
+        return f"≤ {dataset.n_units} (data.max_units)"
+    return f"= {dataset.n_units}"

@@ -47,7 +47,8 @@ class PrivateDataset:
     differ between neighbouring datasets.
     """
 
-    __slots__ = ("_label_codes", "_texts", "_units", "label_names", "records_per_unit")
+    __slots__ = ("_label_codes", "_public_units", "_texts", "_units", "label_names",
+                 "records_per_unit")
 
     def __init__(
         self,
@@ -57,6 +58,7 @@ class PrivateDataset:
         label_names: Sequence[str] | None = None,
         units: Sequence[int] | None = None,
         records_per_unit: int = 1,
+        max_units: int | None = None,
     ) -> None:
         if not texts:
             raise InputError("a private dataset needs at least one record")
@@ -87,6 +89,10 @@ class PrivateDataset:
                              f"{records_per_unit} records; bound contributions first")
         self._units = unit_ids
         self.records_per_unit = records_per_unit
+        if max_units is not None and len(np.unique(unit_ids)) > max_units:
+            raise InputError(f"the private data holds more privacy units than its declared "
+                             f"bound data.max_units={max_units}; raise the bound")
+        self._public_units = max_units
 
     @property
     def n_records(self) -> int:
@@ -94,7 +100,15 @@ class PrivateDataset:
 
     @property
     def n_units(self) -> int:
+        """N as the plan uses it (δ, sampling rates, size checks): the declared public bound
+        `data.max_units` where there is one, so the count itself is never used or shown."""
+        if self._public_units is not None:
+            return self._public_units
         return len(np.unique(self._units))
+
+    @property
+    def n_units_is_a_bound(self) -> bool:
+        return self._public_units is not None
 
     @property
     def has_labels(self) -> bool:
@@ -184,4 +198,5 @@ class PrivateDataset:
         out._label_codes = self._label_codes[idx] if self._label_codes is not None else None
         out._units = self._units[idx]
         out.records_per_unit = self.records_per_unit
+        out._public_units = None  # a part's count is used inside the boundary only
         return out

@@ -130,7 +130,6 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     model.to(config.device)
     ids = pad_batch(sequences, config.max_length, pad_id)
     lengths = torch.tensor([max(1, min(len(s), config.max_length)) for s in sequences])
-    expected = max(1, round(config.sampling_rate * len(ids)))
     optimizer = torch.optim.AdamW(_trainable(model, config.frozen), lr=config.learning_rate)
 
     def charge() -> None:
@@ -141,13 +140,9 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
              if checkpoints else 0)
     model.train()
     noise_generator = torch.Generator()
-    loader = DataLoader(TensorDataset(ids, lengths), batch_size=expected)
+    loader = poisson_loader(TensorDataset(ids, lengths), config.sampling_rate)
     private = (_BookKeeping if config.grad_sample_mode == "bk" else _Opacus)(
         model, optimizer, loader, config, noise_generator)
-    if private.loader.sample_rate > config.sampling_rate:
-        raise ValueError(f"sampling_rate={config.sampling_rate}: the Poisson sampler of "
-                         f"{len(ids)} sequences in batches of {expected} samples at "
-                         f"{private.loader.sample_rate:.6g}, above the rate charged")
     every = checkpoints.every if checkpoints else config.steps
     try:
         for step in track(range(start, config.steps), "DP fine-tuning"):
@@ -164,6 +159,21 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     if checkpoints and start < config.steps:
         checkpoints.save(config.steps, model, optimizer)  # committed before any export
     return model
+
+
+def poisson_loader(dataset: TensorDataset, rate: float) -> DataLoader:
+    """opacus' Poisson sampler at exactly the rate the ledger charges. (Wrapping a plain
+    loader, as `make_private` does, samples at 1/len(loader), which rounding puts anywhere
+    from the charged rate to a quarter below it: sound, but then the ledger says what did not
+    run.)"""
+    from opacus.data_loader import DPDataLoader
+
+    return DPDataLoader(dataset, sample_rate=rate)
+
+
+def expected_batch_size(loader: DataLoader) -> int:
+    """What opacus divides a step's noisy sum by: int(N · q), at the sampler's q."""
+    return max(1, int(len(loader.dataset) * loader.sample_rate))
 
 
 def _recover(checkpoints: TrainingCheckpoints, model: nn.Module,
@@ -209,15 +219,12 @@ class _BookKeeping:
 
     def __init__(self, model, optimizer, loader, config: DpTraining,
                  noise_generator: torch.Generator) -> None:
-        from opacus.data_loader import DPDataLoader
-
         from dpsynth.ops.bk_clipping import BookKeepingClipper
 
         self.model, self.optimizer, self.config = model, optimizer, config
         self.generator = noise_generator
-        self.loader = DPDataLoader.from_data_loader(loader)
-        # opacus' figure: DPOptimizer divides by int(N · sample_rate)
-        self.expected_batch_size = int(len(loader.dataset) * self.loader.sample_rate)
+        self.loader = loader
+        self.expected_batch_size = expected_batch_size(loader)
         self.criterion = SequenceLoss()
         self.criterion.reduction = "sum"  # each sample's gradient is that of its own loss
         self.clipper = BookKeepingClipper(model)
@@ -257,12 +264,14 @@ class _Opacus:
         wrapped = engine.make_private(
             module=model, optimizer=optimizer, data_loader=loader, criterion=SequenceLoss(),
             noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
-            poisson_sampling=True, grad_sample_mode=config.grad_sample_mode,
-            noise_generator=noise_generator)
+            poisson_sampling=False,  # the loader is already Poisson, at the charged rate
+            grad_sample_mode=config.grad_sample_mode, noise_generator=noise_generator)
         if config.grad_sample_mode == "ghost":
             self.model, self.optimizer, self.criterion, self.loader = wrapped
         else:
             (self.model, self.optimizer, self.loader), self.criterion = wrapped, SequenceLoss()
+        # make_private took the rate as 1/len(loader); the sum is averaged over int(N · q)
+        self.optimizer.expected_batch_size = expected_batch_size(loader)
         self.model.train()
 
     def step(self, inputs, targets, positions) -> None:
