@@ -267,6 +267,18 @@ def test_a_copy_of_the_private_file_as_tfidf_fit_texts_is_refused(frame, tmp_pat
     assert not (tmp_path / "out" / "privacy.json").exists()
 
 
+def test_a_temporary_run_stopped_before_any_release_leaves_nothing_and_says_nothing(
+        frame, tmp_path, monkeypatch, recwarn):
+    """Bad data spends nothing: no warning that a spend is recorded, no folder left behind."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    bad = frame.copy()
+    bad.loc[3, "text"] = "   "
+    with pytest.raises(DataError, match="row 4"):
+        synth(bad)
+    assert not [w for w in recwarn if "output_dir=" in str(w.message)]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("dpsynth-run-")]
+
+
 def test_a_stopped_temporary_run_says_where_its_releases_are(frame, tmp_path, monkeypatch):
     from tests.methods.test_recipes import CrashingGenerator
 

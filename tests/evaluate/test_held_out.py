@@ -42,6 +42,25 @@ def test_the_synthetic_set_is_scored_on_the_held_out_records(tmp_path):
     assert metrics["meta"]["real_test"]["private"] is True
 
 
+def test_the_same_files_are_scored_once(tmp_path, monkeypatch):
+    """A rerun of a finished run says its score again without recomputing it; a changed
+    held-out file is scored afresh."""
+    from dpsynth.evaluate import held_out
+
+    table(10).to_csv(tmp_path / "synthetic.csv", index=False)
+    table(5, shift=100).to_csv(tmp_path / "held.csv", index=False)
+    cfg = config(tmp_path, held_out={"path": "held.csv"})
+    first = score_held_out(cfg, tmp_path / "synthetic.csv")
+    calls = []
+    monkeypatch.setattr(held_out, "evaluate", lambda *a, **k: calls.append(1) or 1 / 0)
+    assert score_held_out(cfg, tmp_path / "synthetic.csv") == first
+    assert not calls
+    table(4, shift=300).to_csv(tmp_path / "held.csv", index=False)
+    with pytest.raises(ZeroDivisionError):
+        score_held_out(cfg, tmp_path / "synthetic.csv")
+    assert calls == [1]
+
+
 def test_a_useless_synthetic_set_scores_no_better_than_its_labels_allow(tmp_path):
     swapped = table(10)
     swapped["label"] = swapped["label"].map({"billing": "shipping", "shipping": "billing"})

@@ -328,6 +328,36 @@ def test_the_sampler_runs_at_the_rate_the_ledger_charges(monkeypatch, mode, n, r
     assert len(ledger.charges) == 2
 
 
+@pytest.mark.parametrize("public", [None, 32])
+def test_every_mode_divides_by_the_same_expected_batch_size(monkeypatch, public):
+    """bk, hooks and ghost average a step's noisy sum over one figure: int(N·q) from the
+    sequences, or the config's public figure (under data.max_units the data's N must not
+    set it: 106 and 107 sequences divide by the same 32)."""
+    from dpsynth.ops import dp_training
+
+    seen = {}
+    original = dp_training.expected_batch_size
+
+    def spy(loader, config):
+        seen.setdefault(config.grad_sample_mode, []).append(original(loader, config))
+        return seen[config.grad_sample_mode][-1]
+
+    monkeypatch.setattr(dp_training, "expected_batch_size", spy)
+    rate = 32 / 500
+    for n in (106, 107):
+        for mode in ("bk", "hooks", "ghost"):
+            config = DpTraining(steps=1, sampling_rate=rate, noise_multiplier=1.0,
+                                max_length=12, grad_sample_mode=mode,
+                                expected_batch_size=public)
+            dp_finetune(tiny_model(), sequences(n), PAD, config,
+                        PrivacyLedger(50.0, 1e-5, discretization=1e-2), "training",
+                        step_event(1.0, rate), next_key=lambda: b"k" * 16)
+    assert set(seen) == {"bk", "hooks", "ghost"}
+    assert len({tuple(v) for v in seen.values()}) == 1  # the same in every mode
+    expected = [32, 32] if public else [int(106 * rate), int(107 * rate)]
+    assert seen["bk"] == expected
+
+
 def test_poisson_batches_have_the_charged_mean_size():
     import torch
 

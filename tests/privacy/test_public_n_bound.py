@@ -77,3 +77,30 @@ def test_a_run_with_a_bound_states_it_as_the_public_fact(tmp_path, caplog):
     assert privacy["budget"]["delta"] == pytest.approx(1 / (BOUND * math.log(BOUND)))
     assert "N ≤ 500 (data.max_units) privacy units" in caplog.text
     assert f"{N} privacy units" not in caplog.text
+
+
+def test_under_a_bound_dp_training_averages_over_the_public_batch_size(tmp_path, request,
+                                                                        monkeypatch):
+    """The divisor of every DP-Adam update is q·B, the same for N and N + 1 units."""
+    pytest.importorskip("opacus")
+    from dpsynth.ops import dp_training
+    from dpsynth.synthesis import run
+    from tests.methods.fakes import RecordingGenerator
+    from tests.methods.test_unseeded import tiny_stand_ins
+    from tests.tiny_lm import one_torch_thread
+
+    seen = []
+    original = dp_training.expected_batch_size
+    monkeypatch.setattr(dp_training, "expected_batch_size",
+                        lambda loader, config: seen.append(original(loader, config)) or seen[-1])
+    params, embedder = tiny_stand_ins("dpft", tmp_path, request.getfixturevalue)
+    params |= {"batch_size": 40, "steps": 1}
+    for n in (N, N + 1):
+        texts, labels = ticket_texts(n)
+        pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "d.csv", index=False)
+        raw = raw_config(tmp_path, sorted(set(labels)), "dpft", params)
+        raw["output"]["dir"] = str(tmp_path / f"out-{n}")
+        with one_torch_thread():
+            run(parse_config(raw, base_dir=tmp_path), embedder=embedder,
+                generator=RecordingGenerator())
+    assert seen == [40, 40]

@@ -7,8 +7,10 @@ from them: private-only, like every figure of `dpsynth eval` on a real split.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dpsynth.backends.factory import build_embedder
@@ -31,11 +33,43 @@ class HeldOutScore:
                 f"{self.majority:.3f}; computed from that split, not a DP release)")
 
 
+SCORED = "held_out.json"
+"""In OUTPUT/eval: the last score and what it was computed from, so a rerun of a finished
+run with the same held-out records and embedder says the score again instead of recomputing
+it (half a minute with MiniLM)."""
+
+
 def score_held_out(config: RunConfig, synthetic: Path) -> HeldOutScore:
     """Score `synthetic` on `config.held_out`; the metrics go to OUTPUT/eval like `dpsynth
-    eval`'s."""
+    eval`'s. The score of the same files and embedder is read back, not recomputed."""
     assert config.held_out is not None
     path = config._resolved(config.held_out.path)
+    inputs = {"held_out": config.held_out.model_dump(mode="json"),
+              "embedder": config.backends.embedder.model_dump(mode="json"),
+              "digests": [_digest(path), _digest(synthetic)]}
+    record = config.output.dir / "eval" / SCORED
+    try:
+        scored = json.loads(record.read_text(encoding="utf-8"))
+        if scored["inputs"] == inputs:
+            return HeldOutScore(**{**scored["score"], "path": path})
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    score = _score(config, path, synthetic)
+    record.write_text(json.dumps({"inputs": inputs,
+                                  "score": asdict(score) | {"path": str(path)}}, indent=2),
+                      encoding="utf-8")
+    return score
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if file.is_file():
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _score(config: RunConfig, path: Path, synthetic: Path) -> HeldOutScore:
     test = read_text_table(path, config.data.text_column, config.data.label_column,
                            require_labels=True)
     eval_config = EvalConfig(embedder=config.backends.embedder, mauve=False, next_token=None,

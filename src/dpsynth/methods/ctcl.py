@@ -193,7 +193,8 @@ class Ctcl(Recipe):
                             noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
                             learning_rate=p.learning_rate, max_length=p.max_length,
                             grad_sample_mode=p.grad_sample_mode, frozen=p.frozen,
-                            device=self.device)
+                            device=self.device, expected_batch_size=max(1, round(
+                                stage.spec.sampling_rate * ctx.private.n_units)))
         dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, ctx.ledger, "training",
                     stage.release_event, ctx.noise.random_key,
                     self._checkpoints(ctx, state))

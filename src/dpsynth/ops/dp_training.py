@@ -46,6 +46,10 @@ class DpTraining:
     """Name prefixes of parameters kept at their public values (none: all are trained)."""
     device: str = "cpu"
     """Where the model and its batches live (`torch.device` names; a GPU needs `bk`)."""
+    expected_batch_size: int | None = None
+    """What each step's noisy sum is divided by: N·q for the public N (or its declared bound,
+    data.max_units). None takes int(N·q) from the sequences given, for callers whose N is
+    public; under a bound that would make every update depend on the data's N."""
 
 
 IGNORE = -100
@@ -171,8 +175,11 @@ def poisson_loader(dataset: TensorDataset, rate: float) -> DataLoader:
     return DPDataLoader(dataset, sample_rate=rate)
 
 
-def expected_batch_size(loader: DataLoader) -> int:
-    """What opacus divides a step's noisy sum by: int(N · q), at the sampler's q."""
+def expected_batch_size(loader: DataLoader, config: DpTraining) -> int:
+    """What a step's noisy sum is divided by: the config's public figure, else opacus'
+    int(N · q) at the sampler's q."""
+    if config.expected_batch_size is not None:
+        return config.expected_batch_size
     return max(1, int(len(loader.dataset) * loader.sample_rate))
 
 
@@ -224,7 +231,7 @@ class _BookKeeping:
         self.model, self.optimizer, self.config = model, optimizer, config
         self.generator = noise_generator
         self.loader = loader
-        self.expected_batch_size = expected_batch_size(loader)
+        self.expected_batch_size = expected_batch_size(loader, config)
         self.criterion = SequenceLoss()
         self.criterion.reduction = "sum"  # each sample's gradient is that of its own loss
         self.clipper = BookKeepingClipper(model)
@@ -271,7 +278,7 @@ class _Opacus:
         else:
             (self.model, self.optimizer, self.loader), self.criterion = wrapped, SequenceLoss()
         # make_private took the rate as 1/len(loader); the sum is averaged over int(N · q)
-        self.optimizer.expected_batch_size = expected_batch_size(loader)
+        self.optimizer.expected_batch_size = expected_batch_size(loader, config)
         self.model.train()
 
     def step(self, inputs, targets, positions) -> None:

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dpsynth.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 MAX_EPSILON = 100.0
@@ -20,7 +22,11 @@ class BudgetConfig(BaseModel):
 
     epsilon: float = Field(description="total ε, in (0, 100]: far above any ε worth "
                            "defending, and where the accountants still compute")
-    delta: float | None = Field(None, gt=0, lt=1, description="total δ in (0, 1)")
+    delta: float | None = Field(None, gt=0, lt=1, description="total δ in (0, 1); at least "
+                                "1/N is refused unless delta_reason says why")
+    delta_reason: str | None = Field(
+        None, description="why a δ of at least 1/N is acceptable here (it allows a mechanism "
+        "that publishes a whole record); recorded in the log")
     split: dict[str, float] | None = Field(
         None, description="fraction of the budget per stage; each recipe has a default"
     )
@@ -51,13 +57,17 @@ def default_delta(n_units: int) -> float:
 
 
 def resolve_delta(budget: BudgetConfig, n_units: int) -> float:
-    """The δ the run uses, warning when a configured δ is too large for N units."""
+    """The δ the run uses. A configured δ of at least 1/N allows a mechanism that publishes
+    a whole record: refused, unless `delta_reason` says why it is wanted (then logged)."""
     if budget.delta is None:
         return default_delta(n_units)
     if budget.delta >= 1.0 / n_units:
-        log.warning(
-            "budget.delta=%g is at least 1/N=%g for N=%d privacy units: such a δ allows a "
-            "mechanism that publishes a whole record; use at most %g",
-            budget.delta, 1.0 / n_units, n_units, default_delta(max(n_units, 3)),
-        )
+        what = (f"budget.delta={budget.delta:g} is at least 1/N={1.0 / n_units:g} for N = "
+                f"{n_units} privacy units: such a δ allows a mechanism that publishes a whole "
+                "record")
+        if budget.delta_reason is None:
+            raise ConfigError(f"{what}; use at most {default_delta(max(n_units, 3)):.3g} (or "
+                              "leave delta out for 1/(N·ln N)), or say why in "
+                              "budget.delta_reason")
+        log.warning("%s; accepted because budget.delta_reason: %s", what, budget.delta_reason)
     return budget.delta
