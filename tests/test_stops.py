@@ -236,7 +236,11 @@ def test_a_held_out_section_added_to_a_finished_run_scores_it_and_releases_nothi
     assert cli("run", str(config), "--log-level", "error") == 0
     before = {name: (out / name).read_bytes() for name in
               ("privacy.json", "synthetic.csv", "checkpoints/releases.jsonl")}
-    capsys.readouterr()
+    summary = " ".join(capsys.readouterr().out.split())
+    synthetic = pd.read_csv(out / "synthetic.csv")
+    counts = synthetic["label"].value_counts()
+    assert f"({len(synthetic)} records: " in summary  # the summary counts each label
+    assert all(f"{label} {n}" in summary for label, n in counts.items())
 
     marker = out / "checkpoints" / "complete.json"  # as an older dpsynth wrote it: without
     done = json.loads(marker.read_text())  # keys added since (None by default), with one

@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -161,7 +162,7 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
                   f"{cfg.output.dir} (use a new output folder to synthesise again)")
     if not cfg.budget.private:
         out.print(f"[bold red]{NOT_PRIVATE}[/bold red]")
-    out.print(f"synthetic data: {outputs.synthetic}\n"
+    out.print(f"synthetic data: {outputs.synthetic} ({_per_label(outputs.result)})\n"
               f"privacy spend:  {outputs.privacy} (ε = {outputs.ledger.spent():.4g} of "
               f"{outputs.ledger.epsilon:g}, δ = {outputs.ledger.delta:.3g})\n"
               f"diagnostics:    {outputs.metrics}\n"
@@ -170,6 +171,15 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
         from dpsynth.evaluate.held_out import score_held_out
 
         out.print(f"worth:          {score_held_out(cfg, outputs.synthetic).line()}")
+
+
+def _per_label(result) -> str:
+    """How many synthetic records each label got (the output is public)."""
+    if result.labels is None:
+        return f"{len(result.texts)} records"
+    counts = Counter(result.labels)
+    return f"{len(result.texts)} records: " + ", ".join(f"{label} {n}" for label, n in
+                                                        sorted(counts.items()))
 
 
 @app.command("eval")

@@ -195,9 +195,10 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        where = ".".join(str(p) for p in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key")
-        else:
-            lines.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
+        else:  # a check of the whole config names its own keys in its message
+            lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)

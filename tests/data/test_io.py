@@ -29,10 +29,13 @@ def test_empty_file(tmp_path):
         read_table(tmp_path / "e.csv")
 
 
-def test_non_utf8_bytes_name_the_line(tmp_path):
+def test_non_utf8_bytes_name_the_row_as_validation_numbers_it(tmp_path):
     (tmp_path / "bad.csv").write_bytes(b"text,label\nfine,a\ncaf\xe9,b\n")
-    with pytest.raises(DataError, match=r"bad.csv: bytes that are not UTF-8 at line 3"):
+    with pytest.raises(DataError, match=r"bad.csv: bytes that are not UTF-8 at row 2 \(line 3\)"):
         read_table(tmp_path / "bad.csv")
+    (tmp_path / "bad.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl: bytes that are not UTF-8 at line 2,"):
+        read_table(tmp_path / "bad.jsonl")
 
 
 def test_bad_jsonl_line_names_the_row(tmp_path):

@@ -55,7 +55,7 @@ def read_table(path: str | Path, fmt: Format | None = None) -> pd.DataFrame:
     raw = path.read_bytes()
     if not raw.strip():
         raise DataError("file is empty", path=str(path))
-    text = _decode_utf8(raw, path)
+    text = _decode_utf8(raw, path, header=fmt in ("csv", "tsv"))
     try:
         if fmt == "jsonl":
             return _read_jsonl(text, path)
@@ -84,13 +84,17 @@ def write_table(frame: pd.DataFrame, path: str | Path, fmt: Format | None = None
     return path
 
 
-def _decode_utf8(raw: bytes, path: Path) -> str:
+def _decode_utf8(raw: bytes, path: Path, header: bool) -> str:
+    """The file's text; bytes that are not UTF-8 are located by row, numbered as validation
+    numbers them (a CSV's header is not a row; a line break inside a quoted field would put
+    the row later than said, so the line is given too)."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
+        where = f"row {line - 1} (line {line})" if header and line > 1 else f"line {line}"
         raise DataError(
-            f"bytes that are not UTF-8 at line {line} (byte offset {exc.start}); "
+            f"bytes that are not UTF-8 at {where}, byte offset {exc.start}; "
             "re-encode the file as UTF-8",
             path=str(path),
         ) from None

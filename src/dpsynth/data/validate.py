@@ -125,8 +125,8 @@ def _check_declared_labels(labels: list[str], spec: DataConfig, source: str) -> 
         row = undeclared[0]  # the first; how many there are depends on the data. The value
         # is not quoted: a label column set to a text column would put a private text here
         raise DataError(
-            f"the label is not one of data.labels {spec.labels}; add it to data.labels or "
-            "fix the data",
+            f"the label is not one of data.labels [{', '.join(spec.labels or ())}]; add it to "
+            "data.labels or fix the data",
             path=source, row=row, field=spec.label_column,
         )
 
