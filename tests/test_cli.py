@@ -132,3 +132,17 @@ def test_plan_warns_where_the_noise_drowns_kd_tutors_votes(tmp_path, capsys):
         main(["plan", str(path)])
         shown = " ".join(capsys.readouterr().out.split())
         assert ("half the 20 teachers' votes" in shown) == warned, epsilon
+
+
+def test_config_lists_every_key_from_the_models(capsys):
+    """A pip user has no docs/: `dpsynth config` carries the reference."""
+    main(["config", "data"])
+    shown = " ".join(capsys.readouterr().out.split())
+    from dpsynth.data.config import DataConfig
+
+    assert all(key in shown for key in DataConfig.model_fields)
+    assert "max_units" in shown and "a public upper bound on N" in shown
+    main(["config", "recipe.params (pe)"])
+    assert "n_samples" in capsys.readouterr().out
+    assert run_cli("config", "nonsense") == 2
+    assert "no config section starts with 'nonsense'" in capsys.readouterr().err

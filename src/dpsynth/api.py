@@ -104,7 +104,7 @@ def synthesize(
     `max_records_per_user` are the `data:` section of a run config, `data_options` its other
     keys (`max_chars`, `duplicates`, ...). `epsilon`, `delta` and `split` are the `budget:` section,
     `budget_options` its other keys (`noise`). `recipe` and `params` name the recipe and its
-    parameters (docs/config.md has every recipe's table). `generator` and `embedder` are a
+    parameters (`dpsynth config recipe` lists every recipe's). `generator` and `embedder` are a
     backend name (`"openai"`), a mapping of its config keys (`{"name": "openai",
     "base_url": ...}`), a config model, or a ready `Generator` / `Embedder` object; None is
     the offline default. `seed` fixes the public randomness only.

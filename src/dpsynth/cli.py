@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from dpsynth import __version__
 from dpsynth.config import RunConfig, load_config
-from dpsynth.errors import DpsynthError, InputError, Interrupted
+from dpsynth.errors import ConfigError, DpsynthError, InputError, Interrupted
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging, where_raised
 from dpsynth.methods.registry import RECIPES
@@ -90,8 +90,8 @@ def _check_level(level: str) -> str:
     return level.lower()
 
 
-RECIPES_HELP = (f"Recipes (recipe.name): {', '.join(RECIPES)}; each one's parameters are in "
-                "docs/config.md.")
+RECIPES_HELP = (f"Recipes (recipe.name): {', '.join(RECIPES)}; `dpsynth config recipe` lists "
+                "each one's parameters.")
 
 
 @app.command(help="Validate the data and config and print the privacy plan; nothing is "
@@ -246,6 +246,30 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run's output folder."
     setup_logging(_check_level(log_level))
     path = write_report(run_dir, output, include_private=private)
     out.print(f"wrote {path}")
+
+
+@app.command("config")
+def config_reference(section: Annotated[str | None, typer.Argument(
+        help="Show only the sections whose key starts with this (data, budget, recipe, "
+             "recipe.params (pe), backends.generator, ...).")] = None) -> None:
+    """Every key a run config takes: type, default, allowed values and meaning, from the config
+    models themselves."""
+    from rich.table import Table
+
+    from dpsynth.config_reference import rows, sections
+
+    chosen = {title: model for title, model in sections().items()
+              if section is None or title.startswith(section)}
+    if not chosen:
+        raise ConfigError(f"no config section starts with '{section}'; sections: "
+                          f"{', '.join(sections())}")
+    for title, model in chosen.items():
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for column in ("key", "type", "default", "allowed", "meaning"):
+            table.add_column(column, overflow="fold")
+        for row in rows(model):
+            table.add_row(*(escape(cell) for cell in row))
+        out.print(table)
 
 
 @app.command()
