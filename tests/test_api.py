@@ -295,3 +295,22 @@ def test_a_stopped_temporary_run_says_where_its_releases_are(frame, tmp_path, mo
     assert resumed.privacy["epsilon"] <= 2.0 and not resumed.already_complete
     again = synth(frame, params=params, output_dir=folder)
     assert again.already_complete and again.data.equals(resumed.data)
+
+
+def test_a_public_sized_step_logs_how_far_it_is_with_the_time_left(monkeypatch, caplog):
+    """In run.log and a notebook's log, not only on a terminal's bar; never for a step whose
+    size the private data sets."""
+    from dpsynth import progress
+
+    clock = iter(range(0, 1000, 20))  # each item takes 20 s
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(progress, "_console", Console(file=io.StringIO()))
+    with caplog.at_level(logging.INFO, logger="dpsynth"):
+        assert list(progress.track(range(6), "generating", log_progress=True)) == list(range(6))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "generating: 2/6 (33%), 0m40s elapsed, about 1m20s left"
+    assert lines[-1] == "generating: done, 6 in 2m20s"  # the clock ticks once more
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpsynth"):
+        list(progress.track(range(6), "embedding"))
+    assert not caplog.records
