@@ -124,3 +124,47 @@ def test_the_executors_search_finds_every_vote(tmp_path, tickets, monkeypatch):
     assert len(pd.read_csv(run(config, embedder=HashEmbedder(),
                                generator=DistinctGenerator()).synthetic)) == 24
     assert used and set(used) == {"hnsw"}
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+def test_the_last_vote_chooses_among_twice_the_output(tmp_path, tickets, iterations):
+    """Drawn without replacement, N outputs from N candidates would take them all and the
+    last vote would change nothing (issue 41's wasted last vote): it chooses among 2N, or
+    among N rewrites and their distinct parents (drawn with replacement, some repeat)."""
+    import json
+
+    config = make_config(tmp_path, tickets, "pe", n_samples=16, iterations=iterations)
+    outputs = run(config, embedder=HashEmbedder(), generator=DistinctGenerator())
+    rows = [json.loads(line) for line in outputs.metrics.read_text().splitlines()]
+    last = [r for r in rows if "population" in r][-1]
+    assert last["population"] == 32 if iterations == 1 else 16 < last["population"] <= 32
+    assert len(pd.read_csv(outputs.synthetic)) == 16
+
+
+def test_the_last_votes_answer_decides_the_output(tmp_path, tickets, monkeypatch):
+    """Two runs that differ only in the last vote's noisy answer give different outputs."""
+    from dpsynth.privacy.ledger import PrivacyLedger
+
+    release = PrivacyLedger.release
+    outputs = {}
+    for favoured in ("first", "second"):
+        calls = []
+
+        def answer(self, stage, mechanism, values, noise, favoured=favoured, calls=calls):
+            result = release(self, stage, mechanism, values, noise)
+            if stage == "voting":
+                calls.append(1)
+                if len(calls) == 2:  # the last vote: all weight on one half
+                    result = np.zeros_like(result)
+                    half = len(result) // 2
+                    result[:half] = 100.0 if favoured == "first" else 0.0
+                    result[half:] = 0.0 if favoured == "first" else 100.0
+            return result
+
+        monkeypatch.setattr(PrivacyLedger, "release", answer)
+        config = make_config(tmp_path, tickets, "pe", out=favoured, n_samples=16, iterations=2,
+                             label_fraction=0, labels_from="generation", seed=3,
+                             noise="seeded_not_private")  # the first vote is the same
+        run_outputs = run(config, embedder=HashEmbedder(), generator=DistinctGenerator())
+        outputs[favoured] = set(pd.read_csv(run_outputs.synthetic)["text"])
+    assert len(outputs["first"] & outputs["second"]) <= 8  # of 16: the last vote chose

@@ -5,6 +5,7 @@ compares against.
     repeat T:  DP nearest-neighbour histogram over S (Gaussian, counts below H zeroed)
                S' = N draws in proportion to the noisy counts
                S  = variation API (rewrite) of S'        — skipped after the last vote
+                    (before the last vote: S' and its rewrites, 2N candidates)
     output S'
 
 By default (`labels_from: votes`, a departure measured in docs/recipes/pe.md) private records
@@ -13,7 +14,10 @@ for it clearly most; with `labels_from: generation`, as in PE and DPGA, records 
 samples of their own label. Labels are allocated by a Laplace label histogram
 (`label_fraction` of the budget), or uniformly when `label_fraction` is 0. The last draw is
 without replacement: PE's output is a varied population, never one sample repeated, so the
-output holds each selected text once.
+output holds each selected text once. Drawn without replacement from a population of N, the
+last draw of N would take every candidate and its vote would change nothing; so the last vote
+chooses among 2N distinct candidates (S' kept beside its rewrites, or S_0 generated at 2N when
+T = 1), and every release can change the output.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from dpsynth.methods.toolbox import allocate, keep_produced
 from dpsynth.methods.votes import LabelsFrom, vote_on_samples
 from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.privacy.planning import StageSpec
+
+FINAL_CANDIDATES = 2
+"""The last vote chooses the N outputs among this many times N candidates."""
 
 
 class PeParams(BaseModel):
@@ -76,7 +83,13 @@ class PrivateEvolution(IterativeRecipe):
 
     def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
         p = self.params
-        return {"generate": p.n_samples, "rewrite": (p.iterations - 1) * p.n_samples}
+        return {"generate": self._initial_size(),
+                "rewrite": (p.iterations - 1) * p.n_samples}
+
+    def _initial_size(self) -> int:
+        """S_0's size: with one vote it is the last, which needs FINAL_CANDIDATES × N."""
+        p = self.params
+        return p.n_samples * (FINAL_CANDIDATES if p.iterations == 1 else 1)
 
     def iterations(self) -> int:
         return self.params.iterations
@@ -90,7 +103,7 @@ class PrivateEvolution(IterativeRecipe):
             probs = dp_label_distribution(ctx.private, ctx.plan.stage("label_histogram")
                                           .mechanism, ctx.ledger, ctx.noise)
         conditions = [Condition(label=g) for g, n in
-                      zip(groups, allocate(p.n_samples, probs), strict=True)
+                      zip(groups, allocate(self._initial_size(), probs), strict=True)
                       for _ in range(int(n))]
         texts, labels = keep_produced(ctx.generator.generate(conditions),
                                       [c.label for c in conditions])
@@ -112,8 +125,12 @@ class PrivateEvolution(IterativeRecipe):
         if not last:
             conditions = [Condition(label=y, length=len(x.split()))
                           for x, y in zip(chosen, chosen_labels, strict=True)]
-            chosen, chosen_labels = keep_produced(
+            rewritten, rewritten_labels = keep_produced(
                 ctx.generator.rewrite(chosen, conditions, p.rewrite_strength), chosen_labels)
+            if t == p.iterations - 2:  # the last vote chooses among parents and rewrites
+                rewritten, rewritten_labels = _distinct(chosen + rewritten,
+                                                        chosen_labels + rewritten_labels)
+            chosen, chosen_labels = rewritten, rewritten_labels
         return {**state, "texts": chosen, "labels": chosen_labels}, row
 
     def output(self, ctx: RunContext, state: dict) -> SyntheticSet:
@@ -145,6 +162,14 @@ class PrivateEvolution(IterativeRecipe):
             p = w / w.sum() if w.sum() > 0 else None
             picked += rows[rng.choice(len(rows), size=int(quota), p=p)].tolist()
         return picked
+
+
+def _distinct(texts: list[str], labels: list) -> tuple[list[str], list]:
+    """Each text once (its first label): draws with replacement repeat parents."""
+    first: dict[str, object] = {}
+    for text, label in zip(texts, labels, strict=True):
+        first.setdefault(text, label)
+    return list(first), list(first.values())
 
 
 def _distinct_quotas(quotas: np.ndarray, available: np.ndarray,
