@@ -23,7 +23,7 @@ def test_full_run_renders_every_section_with_content(run_dir):
         body = _section(page, anchor)
         assert title in body
         assert 'class="missing"' not in body, anchor
-    for anchor in ("privacy-spend", "iterations", "distributions", "embedding-map",
+    for anchor in ("quality", "synthetic-set", "privacy-spend", "iterations", "embedding-map",
                    "privacy-diagnostics"):
         assert "<svg" in _section(page, anchor), anchor
     assert "metadata" in _section(page, "privacy-spend")
@@ -45,7 +45,7 @@ def test_the_page_is_public_unless_private_diagnostics_are_asked_for(run_dir):
     assert "Public version" in page
     assert "left out of the public version" in _section(page, "privacy-diagnostics")
     assert PRIVATE_NOTICE.capitalize() not in page
-    for anchor in ("privacy-spend", "iterations", "distributions"):  # public inputs stay
+    for anchor in ("privacy-spend", "iterations", "synthetic-set"):  # public inputs stay
         assert "<svg" in _section(page, anchor), anchor
     assert "1234" in _section(page, "run")  # generator calls see only public inputs
 
@@ -201,14 +201,14 @@ def test_the_eval_notice_appears_once(tmp_path):
     (bare / "synthetic.csv").write_text("text,label\nhello there,a\nanother text,b\n")
     page = write_report(bare).read_text(encoding="utf-8")
     assert page.count("dpsynth eval") == 1
-    assert 'href="#metrics"' in _section(page, "distributions")
+    assert 'href="#metrics"' in _section(page, "synthetic-set")
 
 
 def test_majority_class_and_real_train_reference(run_dir):
     _plant(run_dir, test_private=False)
-    public = _section(write_report(run_dir).read_text(encoding="utf-8"), "metrics")
+    public = _section(write_report(run_dir).read_text(encoding="utf-8"), "quality")
     private = _section(write_report(run_dir, include_private=True).read_text(
-        encoding="utf-8"), "metrics")
+        encoding="utf-8"), "quality")
     for page in (public, private):
         assert "always answering the most common label (billing)" in page
         assert _shows(page, "0.5") and "trained on the synthetic set" in page
