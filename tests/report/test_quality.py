@@ -44,7 +44,7 @@ def test_repeats_fold_case_and_spacing_and_absent_labels_are_named():
 
 def test_declared_label_names_are_shown():
     display = label_display({"data": {"label_names": {"0": "everyday post"}}})
-    assert display("0") == "everyday post (0)"
+    assert display("0") == "0 (everyday post)"
     assert display("1") == "1"
     assert label_display(None)("0") == "0"
 
@@ -56,8 +56,8 @@ def test_public_page_shows_the_synthetic_set_with_labels_as_declared(run_dir):
     assert "Exact repeats" in synthetic and "0.0% (0)" in synthetic
     assert "Labels present" in synthetic and "2 of 3" in synthetic
     assert "No synthetic record for: refund" in synthetic
-    assert "Billing question (billing)" in synthetic  # in the label chart
-    assert "Billing question (billing)" in _section(page, "samples")
+    assert "billing (Billing question)" in synthetic  # in the label chart
+    assert "billing (Billing question)" in _section(page, "samples")
     assert "even split 1/3" in synthetic and "synthetic mean" in synthetic
     assert "real test" not in "".join(re.findall(r"<svg.*?</svg>", synthetic, re.DOTALL))
 

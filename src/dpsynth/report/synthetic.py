@@ -68,12 +68,12 @@ def summarise(table: TextTable, declared: list[str] | None) -> SyntheticSummary:
 
 
 def label_display(config: dict | None):
-    """A function naming a label as declared: `name (code)` for a label `data.label_names`
-    names, else the label itself."""
+    """A function naming a label as declared: `code (name)` for a label `data.label_names`
+    names (as `dpsynth plan` lists them), else the label itself."""
     names = ((config or {}).get("data") or {}).get("label_names") or {}
 
     def display(label: str) -> str:
         name = names.get(str(label))
-        return f"{name} ({label})" if name and name != str(label) else str(label)
+        return f"{label} ({name})" if name and name != str(label) else str(label)
 
     return display
