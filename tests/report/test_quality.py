@@ -120,3 +120,8 @@ def test_the_spend_curve_is_drawn_against_the_budget(run_dir):
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     iterations = _section(write_report(run_dir).read_text(encoding="utf-8"), "iterations")
     assert "ε spent so far" in iterations and "budget ε = 4" in iterations
+
+
+def test_the_similarity_histogram_marks_the_near_copy_threshold(run_dir):
+    page = write_report(run_dir, include_private=True).read_text(encoding="utf-8")
+    assert "near-copy threshold 0.95" in _section(page, "privacy-diagnostics")

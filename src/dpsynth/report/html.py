@@ -408,7 +408,8 @@ def _privacy_diagnostics(a: RunArtifacts, include_private: bool) -> str:
         _metric_table(metric_rows({"privacy": private})),
         _figure(plots.similarity_histogram(hist["synthetic"]["bin_edges"],
                                            hist["synthetic"]["counts"],
-                                           base["counts"] if base else None),
+                                           base["counts"] if base else None,
+                                           private.get("copies", {}).get("near_threshold")),
                 "a synthetic set that copies private records piles up near 1; compare with "
                 "fresh real records"),
     ])

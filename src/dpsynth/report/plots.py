@@ -181,8 +181,10 @@ def embedding_map(real: Sequence[Sequence[float]], synthetic: Sequence[Sequence[
 
 
 def similarity_histogram(edges: Sequence[float], counts: Sequence[int],
-                         baseline: Sequence[int] | None = None) -> str:
-    """Nearest-private-neighbour similarity: synthetic records vs fresh real test records."""
+                         baseline: Sequence[int] | None = None,
+                         threshold: float | None = None) -> str:
+    """Nearest-private-neighbour similarity: synthetic records vs fresh real test records,
+    with the similarity from which a synthetic record counts as a near copy."""
     fig = _figure(8.0, 3.2)
     ax = fig.subplots()
     centres = (np.asarray(edges[:-1]) + np.asarray(edges[1:])) / 2
@@ -196,6 +198,9 @@ def similarity_histogram(edges: Sequence[float], counts: Sequence[int],
                label="real test → private (baseline)")
     ax.bar(centres + (width / 2 if baseline is not None else 0), shares(counts), width,
            color=SYNTHETIC, label="synthetic → private")
+    if threshold is not None:
+        ax.axvline(threshold, color=BUDGET, linestyle="--",
+                   label=f"near-copy threshold {threshold:.3g}")
     ax.set_xlabel("cosine similarity to the nearest private record")
     ax.set_ylabel("share of records")
     _legend(ax)
