@@ -77,6 +77,12 @@ def test_the_quality_card_sets_accuracy_between_floor_and_ceiling(run_dir):
     assert _anchors(private)[0] == "quality"  # the data owner reads it first
 
 
+def test_an_accuracy_under_the_floor_closes_none_of_the_gap():
+    from dpsynth.report.html import _verdict
+
+    assert "closes 0% of the gap" in _verdict(0.4, 0.5, 0.9)
+
+
 def test_the_public_page_opens_with_the_synthetic_set_not_a_withheld_card(run_dir):
     public = write_report(run_dir).read_text(encoding="utf-8")
     assert _anchors(public)[:2] == ["synthetic-set", "samples"]

@@ -28,7 +28,7 @@ import numpy as np
 
 from dpsynth import __version__
 from dpsynth.evaluate.privacy import PRIVATE_NOTICE
-from dpsynth.evaluate.result import PRIVATE_SECTIONS, metric_rows
+from dpsynth.evaluate.result import metric_rows
 from dpsynth.report import plots
 from dpsynth.report.inputs import RunArtifacts, load_run
 from dpsynth.report.names import explain, readable
@@ -48,6 +48,8 @@ SECTIONS = (
     ("privacy-diagnostics", "Privacy diagnostics (private only)"),
 )
 REPORT_FILE = "report.html"
+Label = Callable[[str], str]
+"""Names a label as declared (`label_display`)."""
 PUBLIC_USAGE = ("generator",)
 """usage.json sections that see only public inputs; the embedder also embeds private text."""
 
@@ -248,7 +250,7 @@ def _iterations(a: RunArtifacts) -> str:
                    "from metrics.jsonl: DP releases and synthetic-only statistics per iteration")
 
 
-def _synthetic_set(a: RunArtifacts, real_test: bool, display) -> str:
+def _synthetic_set(a: RunArtifacts, real_test: bool, display: Label) -> str:
     """What the synthetic set says about itself (public), and beside it the real test
     split's side of each distribution where that split may be shown."""
     if a.synthetic is None and a.evaluation is None:
@@ -282,7 +284,7 @@ def _synthetic_set(a: RunArtifacts, real_test: bool, display) -> str:
     return "".join(parts)
 
 
-def _named(shares: dict[str, float] | None, display) -> dict[str, float] | None:
+def _named(shares: dict[str, float] | None, display: Label) -> dict[str, float] | None:
     return None if shares is None else {display(k): v for k, v in shares.items()}
 
 
@@ -305,18 +307,13 @@ def _metrics(a: RunArtifacts, include_private: bool, real_test: bool) -> str:
     if not real_test:
         return _private_only("utility and fidelity, measured on the real test split")
     metrics = a.evaluation.metrics
-    rows = [(s, m, v) for s, m, v in metric_rows(metrics)
-            if s.split(" ")[0] not in PRIVATE_SECTIONS]
+    sections = ("utility", "fidelity") + (("reference",) if include_private else ())
+    rows = [row for row in metric_rows(metrics) if row[0].split(" ")[0] in sections]
     meta = metrics.get("meta", {})
     splits = ("synthetic", "real_test") + (("real_train",) if include_private else ())
     sizes = ", ".join(f"{k.replace('_', ' ')}: {meta[k]['records']} records"
                       for k in splits if meta.get(k))
-    reference = [(s, m, v) for s, m, v in metric_rows(metrics) if s.startswith("reference")]
-    parts = [f'<p class="meta">{html.escape(sizes)}</p>',
-             _metric_table(rows + (reference if include_private else []))]
-    if reference and not include_private:
-        parts.append(_private_only("the reference classifier trained on the real train split"))
-    return "".join(parts)
+    return f'<p class="meta">{html.escape(sizes)}</p>{_metric_table(rows)}'
 
 
 def _metric_table(rows: list[tuple[str, str, str]]) -> str:
@@ -332,7 +329,7 @@ def _metric_table(rows: list[tuple[str, str, str]]) -> str:
     return _table(["metric", "value", "how to read it"], out)
 
 
-def _quality(a: RunArtifacts, include_private: bool, real_test: bool, display) -> str:
+def _quality(a: RunArtifacts, include_private: bool, real_test: bool, display: Label) -> str:
     """The quality card: real-test accuracy of the classifier trained on the synthetic set,
     between the majority-class floor and, for the data owner, the real-train ceiling."""
     if a.evaluation is None:
@@ -381,7 +378,7 @@ def _quality(a: RunArtifacts, include_private: bool, real_test: bool, display) -
 def _verdict(accuracy: float, floor: float | None, ceiling: float | None) -> str:
     """One sentence on what the accuracy is worth."""
     if floor is not None and ceiling is not None and ceiling > floor:
-        share = (accuracy - floor) / (ceiling - floor)
+        share = max(0.0, (accuracy - floor) / (ceiling - floor))
         text = (f"Accuracy {accuracy:.3f}: the synthetic set closes {100 * share:.0f}% of the "
                 f"gap from the majority-class floor ({floor:.3f}) to the real-data ceiling "
                 f"({ceiling:.3f}).")
@@ -415,7 +412,7 @@ def _privacy_diagnostics(a: RunArtifacts, include_private: bool) -> str:
     ])
 
 
-def _samples(a: RunArtifacts, k: int, display) -> str:
+def _samples(a: RunArtifacts, k: int, display: Label) -> str:
     if a.synthetic is None:
         return _missing("synthetic", a)
     table = a.synthetic

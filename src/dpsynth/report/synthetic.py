@@ -7,6 +7,7 @@ texts and labels and from the run's config (the declared label set and names are
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ class SyntheticSummary:
     def missing_labels(self) -> list[str]:
         return [k for k, v in (self.label_counts or {}).items() if v == 0]
 
-    def rows(self, display) -> list[tuple[str, str, str]]:
+    def rows(self, display: Callable[[str], str]) -> list[tuple[str, str, str]]:
         """(statistic, value, how to read it); `display` names a label as declared."""
         words = np.asarray(self.word_counts or [0])
         rows = [
@@ -67,7 +68,7 @@ def summarise(table: TextTable, declared: list[str] | None) -> SyntheticSummary:
                             [len(t.split()) for t in table.texts], counts)
 
 
-def label_display(config: dict | None):
+def label_display(config: dict | None) -> Callable[[str], str]:
     """A function naming a label as declared: `code (name)` for a label `data.label_names`
     names (as `dpsynth plan` lists them), else the label itself."""
     names = ((config or {}).get("data") or {}).get("label_names") or {}
