@@ -15,3 +15,15 @@ def test_report_command_rejects_a_missing_folder(tmp_path, capsys):
         main(["report", str(tmp_path / "absent")])
     assert done.value.code == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [None, "notes.txt"])
+def test_report_command_rejects_a_folder_that_is_not_a_run(tmp_path, capsys, content):
+    if content:
+        (tmp_path / content).write_text("not a run")
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(tmp_path)])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a run folder" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "report.html").exists()

@@ -23,7 +23,7 @@ def test_full_run_renders_every_section_with_content(run_dir):
         body = _section(page, anchor)
         assert title in body
         assert 'class="missing"' not in body, anchor
-    for anchor in ("privacy-spend", "iterations", "distributions", "embedding-map",
+    for anchor in ("quality", "synthetic-set", "privacy-spend", "iterations", "embedding-map",
                    "privacy-diagnostics"):
         assert "<svg" in _section(page, anchor), anchor
     assert "metadata" in _section(page, "privacy-spend")
@@ -45,7 +45,7 @@ def test_the_page_is_public_unless_private_diagnostics_are_asked_for(run_dir):
     assert "Public version" in page
     assert "left out of the public version" in _section(page, "privacy-diagnostics")
     assert PRIVATE_NOTICE.capitalize() not in page
-    for anchor in ("privacy-spend", "iterations", "distributions"):  # public inputs stay
+    for anchor in ("privacy-spend", "iterations", "synthetic-set"):  # public inputs stay
         assert "<svg" in _section(page, anchor), anchor
     assert "1234" in _section(page, "run")  # generator calls see only public inputs
 
@@ -54,6 +54,7 @@ PLANTED = {  # distinctive values, each computed from private records in a real 
     "accuracy": "0.6143", "frechet": "0.8629", "auc": "0.7317", "median": "0.9137",
     "copies": "4271", "train records": "7919", "test records": "6353",
     "embedder texts": "5807", "variance": "74% of variance", "reference": "0.5813",
+    "majority": "0.4567",
 }
 
 
@@ -62,6 +63,7 @@ def _plant(run_dir, test_private: bool | None) -> None:
     metrics_path, figures_path = run_dir / "eval" / "metrics.json", run_dir / "eval/figures.json"
     m = json.loads(metrics_path.read_text())
     m["utility"]["classification"]["accuracy"] = 0.6143
+    m["utility"]["classification"]["majority_class_rate"] = 0.4567
     m["fidelity"]["frechet_distance"] = 0.8629
     m["privacy"]["membership_inference"]["distance_attack_auc"] = 0.7317
     m["privacy"]["nearest_private_similarity"]["synthetic"]["median"] = 0.9137
@@ -107,7 +109,7 @@ def test_public_page_holds_nothing_computed_from_private_records(run_dir, test_p
 def test_a_public_test_split_shows_its_metrics_but_nothing_from_the_train_split(run_dir):
     _plant(run_dir, test_private=False)
     public = write_report(run_dir).read_text(encoding="utf-8")
-    for name in ("accuracy", "frechet", "test records", "variance"):
+    for name in ("accuracy", "frechet", "test records", "variance", "majority"):
         assert _shows(public, PLANTED[name]), name
     for name in ("auc", "median", "copies", "train records", "embedder texts", "reference"):
         assert not _shows(public, PLANTED[name]), name
@@ -201,17 +203,17 @@ def test_the_eval_notice_appears_once(tmp_path):
     (bare / "synthetic.csv").write_text("text,label\nhello there,a\nanother text,b\n")
     page = write_report(bare).read_text(encoding="utf-8")
     assert page.count("dpsynth eval") == 1
-    assert 'href="#metrics"' in _section(page, "distributions")
+    assert 'href="#metrics"' in _section(page, "synthetic-set")
 
 
 def test_majority_class_and_real_train_reference(run_dir):
     _plant(run_dir, test_private=False)
-    public = _section(write_report(run_dir).read_text(encoding="utf-8"), "metrics")
+    public = _section(write_report(run_dir).read_text(encoding="utf-8"), "quality")
     private = _section(write_report(run_dir, include_private=True).read_text(
-        encoding="utf-8"), "metrics")
+        encoding="utf-8"), "quality")
     for page in (public, private):
         assert "always answering the most common label (billing)" in page
-        assert _shows(page, "0.5") and "trained on the synthetic set" in page
+        assert _shows(page, "0.4567") and "trained on the synthetic set" in page
     assert "trained on the real train split" in private and _shows(private, "0.5813")
     assert "reference classifier trained on the real train split" in public
 

@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 SYNTHETIC_NAMES = tuple(f"synthetic.{fmt}" for fmt in FORMATS)
 """Every name `dpsynth run` may give its synthetic set, one per `output.format`."""
+RUN_FILES = ("privacy.json", "config.json", "metrics.jsonl", "usage.json", *SYNTHETIC_NAMES,
+             f"eval/{METRICS_FILE}", METRICS_FILE)
+"""What a run folder holds; a folder with none of them is not a run (a report of it would
+be an empty page)."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,9 @@ class RunArtifacts:
 def load_run(run_dir: str | Path) -> RunArtifacts:
     """Read whatever the run folder holds; a missing or unreadable part is noted, not fatal."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: not a run folder")
+    if not run_dir.is_dir() or not any((run_dir / name).exists() for name in RUN_FILES):
+        raise InputError(f"{run_dir}: not a run folder (no privacy.json, config.json, "
+                         "synthetic set or other output of dpsynth run in it)")
     out = RunArtifacts(run_dir)
     loaders = {"privacy": _privacy, "iterations": _iterations, "synthetic": _synthetic,
                "evaluation": _evaluation, "config": _json_file("config.json"),
