@@ -35,7 +35,7 @@ from dpsynth.backends import Condition, build_embedder
 from dpsynth.backends.config import EmbedderConfig
 from dpsynth.backends.offline.generator import OfflineGenerator
 from dpsynth.evaluate import read_text_table
-from dpsynth.ops.topics import TopicModel
+from dpsynth.methods.parts.topics import TopicModel
 
 ROOT = Path(__file__).resolve().parents[1]
 

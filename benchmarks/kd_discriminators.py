@@ -25,16 +25,16 @@ from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
 from dpsynth.data import PrivateDataset
 from dpsynth.evaluate import read_text_table
 from dpsynth.methods.kd_tutor import KdTutor, KdTutorParams
-from dpsynth.ops.pate import (
+from dpsynth.privacy.config import default_delta
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.teachers import (
     Teachers,
-    label_within_budget,
     partition_units,
     teacher_votes,
     train_classifier,
 )
-from dpsynth.privacy.config import default_delta
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.releases.pate import label_within_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -38,7 +38,7 @@ from dpsynth.evaluate import read_text_table
 def prepare(datasets: list[str], data_root: Path, out: Path, embedder_name: str) -> None:
     from dpsynth.backends import build_embedder
     from dpsynth.backends.config import EmbedderConfig
-    from dpsynth.ops.topics import TopicModel
+    from dpsynth.methods.parts.topics import TopicModel
 
     embedder = build_embedder(EmbedderConfig(name=embedder_name))
     topics = TopicModel.load(Path(__file__).resolve().parents[1] / "src/dpsynth/assets/topics")
@@ -80,7 +80,7 @@ class TopicCentroids(Embedder):
 
 def train(prepared: Path, runs: list[dict], out: Path, tar_name: str) -> None:
     import dpsynth
-    from dpsynth.ops.topics import TopicModel
+    from dpsynth.methods.parts.topics import TopicModel
 
     centroids = TopicModel.load(
         Path(__file__).resolve().parents[1] / "src/dpsynth/assets/topics").centroids

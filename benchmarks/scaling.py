@@ -105,10 +105,10 @@ def measure(csv: Path, n_candidates: int, n_labels: int, n_fit: int) -> list[dic
     from dpsynth.backends.tfidf import TfidfEmbedder
     from dpsynth.data import DataConfig, load_private
     from dpsynth.data.scratch import IN_MEMORY_BYTES
-    from dpsynth.ops.nearest import private_voters
-    from dpsynth.ops.voting import dp_nearest_votes
     from dpsynth.privacy import PrivacyLedger, SubsampledGaussianHistogram
     from dpsynth.privacy.noise import NoiseSource
+    from dpsynth.private.engine.nearest import private_voters
+    from dpsynth.private.releases.voting import dp_nearest_votes
 
     embedder = TfidfEmbedder(paragraphs("wikipedia_en", range(1), n_fit))
     candidates = embedder.encode(paragraphs("wikinews_en", range(8, 9), n_candidates))

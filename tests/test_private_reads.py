@@ -1,4 +1,4 @@
-"""Every private read and every ledger call sits in `ops/` or `privacy/` (and the private
+"""Every private read and every ledger call sits in `private/` or `privacy/` (and the private
 dataset type itself in `data/`): a reviewer finds each release at an op's call site, and a
 recipe cannot touch private texts, labels or the ledger directly."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dpsynth"
-ALLOWED = ("ops", "privacy", "data")
+ALLOWED = ("private", "privacy", "data")
 PRIVATE_READS = {"texts", "label_codes"}  # PrivateDataset's gated accessors
 LEDGER_CALLS = {"release", "charge"}
 
@@ -35,7 +35,7 @@ def _modules() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
-def test_no_private_read_or_ledger_call_outside_ops(path):
+def test_no_private_read_or_ledger_call_outside_private(path):
     assert not _offences(ast.parse(path.read_text(encoding="utf-8"))), path
 
 

@@ -33,11 +33,11 @@ from dpsynth.data.load import resolve_path
 from dpsynth.errors import InputError
 from dpsynth.logs import where_raised
 from dpsynth.methods.base import RunContext, SyntheticSet
-from dpsynth.ops.sharded import Cluster
 from dpsynth.preflight import RunPlan, make_plan
 from dpsynth.privacy.journal import Journal, JournalHeader, atomic_write_text
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.ray import Cluster
 from dpsynth.stops import shielded
 
 log = logging.getLogger(__name__)

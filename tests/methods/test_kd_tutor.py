@@ -8,16 +8,16 @@ import pytest
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.kd_tutor import KdTutor
-from dpsynth.ops.pate import (
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import Gaussian, Laplace
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.teachers import (
     first_per_unit,
-    noisy_argmax,
     partition_units,
     teacher_votes,
     train_teachers,
 )
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import Gaussian, Laplace
-from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.releases.pate import noisy_argmax
 from tests.methods.fakes import HashEmbedder, RecordingGenerator
 
 
@@ -171,8 +171,8 @@ def test_a_k_plus_one_vote_batch_takes_the_same_charge_as_a_binary_one():
 def test_a_batch_of_queries_costs_what_its_queries_cost_one_by_one(per_query):
     from dp_accounting import dp_event
 
-    from dpsynth.ops.pate import _batch
     from dpsynth.privacy.calibration import epsilon_of
+    from dpsynth.private.releases.pate import _batch
 
     together = epsilon_of(_batch(per_query, 10).event, 1e-5)
     apart = epsilon_of(dp_event.ComposedDpEvent([per_query.event] * 10), 1e-5)

@@ -76,7 +76,7 @@ def stand_ins(request, tmp_path, tickets):
         pytest.importorskip("opacus")
         params["model"] = str(request.getfixturevalue("tiny_lm"))
     if recipe == "ctcl":
-        from dpsynth.ops.topics import TopicModel
+        from dpsynth.methods.parts.topics import TopicModel
 
         centroids = HashEmbedder().encode(["invoice refund charge", "parcel courier delivery",
                                            "wifi screen battery"])

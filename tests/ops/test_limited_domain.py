@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from dpsynth.ops.limited_domain import dp_select_parents
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy import Disjoint, LimitedDomainTopK, PrivacyLedger, epsilon_of, make_rng
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.releases.limited_domain import dp_select_parents
 from tests.privacy.test_audit import epsilon_lower_bound
 
 

@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 
 from dpsynth.data import PrivateDataset
-from dpsynth.ops.keywords import class_keywords
-from dpsynth.ops.metadata import (
+from dpsynth.methods.parts.keywords import class_keywords
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import AboveThreshold, Laplace, NoisyMean
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.releases.metadata import (
     dp_keyword_votes,
     dp_label_distribution,
     dp_length_histogram,
     dp_length_range,
 )
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.self_similarity import bucket_pair_similarities, dp_self_similarity
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import AboveThreshold, Laplace, NoisyMean
-from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.releases.self_similarity import bucket_pair_similarities, dp_self_similarity
 
 BIG = 50.0  # ε per release: noise far below one count
 

@@ -9,11 +9,11 @@ import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.data.scratch import scratch_array
-from dpsynth.ops import nearest
-from dpsynth.ops.limited_domain import dp_select_parents
-from dpsynth.ops.nearest import private_voters
-from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy import LimitedDomainTopK, PrivacyLedger, SubsampledGaussianHistogram, make_rng
+from dpsynth.private.engine import nearest
+from dpsynth.private.engine.nearest import private_voters
+from dpsynth.private.releases.limited_domain import dp_select_parents
+from dpsynth.private.releases.voting import dp_nearest_votes
 
 DIM = 256
 WORDS = np.array("order refund late parcel login password invoice screen crash charge".split())

@@ -25,15 +25,15 @@ from dpsynth.data import PrivateDataset
 from dpsynth.errors import DpsynthError
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.ctcl import Ctcl
-from dpsynth.ops import sharded
-from dpsynth.ops.nearest import private_voters
-from dpsynth.ops.pate import Teachers, train_teachers
-from dpsynth.ops.sharded import Cluster, ShardError
-from dpsynth.ops.topics import TopicModel
-from dpsynth.ops.voting import dp_nearest_votes
+from dpsynth.methods.parts.topics import TopicModel
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram
 from dpsynth.privacy.noise import NoiseSource, make_rng
+from dpsynth.private.engine import ray as sharded
+from dpsynth.private.engine.nearest import private_voters
+from dpsynth.private.engine.ray import Cluster, ShardError
+from dpsynth.private.engine.teachers import Teachers, train_teachers
+from dpsynth.private.releases.voting import dp_nearest_votes
 from tests.methods.fakes import CANARY, VOCAB, RecordingGenerator, ticket_texts
 from tests.tiny_lm import one_torch_thread
 

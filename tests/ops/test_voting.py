@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from dpsynth.errors import InputError
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.voting import dp_labelled_votes, dp_nearest_votes
 from dpsynth.privacy import PrivacyLedger, SubsampledGaussianHistogram, make_rng
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.releases.voting import dp_labelled_votes, dp_nearest_votes
 
 
 def test_votes_count_each_record_once_within_its_label():

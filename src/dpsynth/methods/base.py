@@ -20,12 +20,12 @@ from dpsynth.backends.base import Embedder, Generator
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.data import PrivateDataset
 from dpsynth.errors import ConfigError
-from dpsynth.ops.nearest import Voters, private_voters
-from dpsynth.ops.pate import Teachers, train_teachers
-from dpsynth.ops.sharded import Cluster, ShardedTeachers
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
+from dpsynth.private.engine.nearest import Voters, private_voters
+from dpsynth.private.engine.ray import Cluster, ShardedTeachers
+from dpsynth.private.engine.teachers import Teachers, train_teachers
 from dpsynth.progress import track
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class RunContext:
     """The recipe's `state_version`, written into every checkpoint."""
     cluster: Cluster | None = None
     """The Ray cluster's workers that embed and hold the private records (`backends.executor:
-    ray`; `dpsynth.ops.sharded`), for voters and PATE teachers; None: embedded here, by
+    ray`; `dpsynth.private.engine.ray`), for voters and PATE teachers; None: embedded here, by
     `embed_private`."""
 
     search: str = "exact"
@@ -118,8 +118,8 @@ class RunContext:
     def teachers(self, negatives: np.ndarray, n_teachers: int, key: bytes,
                  labelled: bool) -> Teachers | ShardedTeachers:
         """PATE teachers of the private units against the public `negatives`
-        (`dpsynth.ops.pate`), fit where the private embeddings are: here, or on the cluster's
-        workers. The caller closes them once it has asked its queries."""
+        (`dpsynth.private.engine.teachers`), fit where the private embeddings are: here, or on
+        the cluster's workers. The caller closes them once it has asked its queries."""
         if self.cluster is not None:
             return self.cluster.teachers(self.private, negatives, n_teachers, key, self.seed,
                                          labelled)

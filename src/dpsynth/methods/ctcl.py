@@ -32,10 +32,11 @@ from dpsynth.backends.label_names import with_label_names
 from dpsynth.data import PrivateDataset
 from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.ops.metadata import to_distribution
-from dpsynth.ops.topics import TopicModel, dp_condition_histogram
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.topics import TopicModel
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.private.releases.metadata import to_distribution
+from dpsynth.private.releases.topics import dp_condition_histogram
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class Ctcl(Recipe):
     @property
     def device(self) -> str:
         """Where DP-Adam will run on this machine (`dpsynth plan` says it)."""
-        from dpsynth.ops.dp_training import training_device
+        from dpsynth.private.training.dp_training import training_device
 
         return training_device(self.params.device, self.params.grad_sample_mode)
 
@@ -171,7 +172,7 @@ class Ctcl(Recipe):
         per topic (one column without topics). The topics are found where the private
         embeddings are: here, or on the Ray cluster's workers, which send back topics only."""
         assigned, noisy = dp_condition_histogram(
-            ctx.private, ctx.voters(), self.topic_model,
+            ctx.private, ctx.voters(), self.topic_model.centroids,
             plan.stage("topic_histogram").mechanism, ctx.ledger, ctx.noise)
         return assigned, to_distribution(noisy.ravel()).reshape(noisy.shape).tolist()
 
@@ -183,7 +184,7 @@ class Ctcl(Recipe):
                assigned: np.ndarray | None) -> None:
         """DP-Adam on (condition → document) pairs, checkpointed every `checkpoint_every`
         steps and at the end; the trained weights are a DP release."""
-        from dpsynth.ops.dp_training import DpTraining, dp_finetune, training_sequences
+        from dpsynth.private.training.dp_training import DpTraining, dp_finetune, training_sequences
 
         p, lm, table = self.params, self._lm, state["topic_keywords"]
         sequences = training_sequences(ctx.private, lambda i, label, text: lm.document_ids(
@@ -199,7 +200,7 @@ class Ctcl(Recipe):
                     self._checkpoints(ctx, state))
 
     def _checkpoints(self, ctx: RunContext, state: dict):
-        from dpsynth.ops.training_state import TrainingCheckpoints
+        from dpsynth.private.training.state import TrainingCheckpoints
 
         def committed(step: int) -> None:
             ctx.save(step, {**state, "trained_steps": step})

@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.ctcl import Ctcl, LmTrainingParams
-from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.private.releases.metadata import dp_label_distribution
 
 
 class DpftParams(LmTrainingParams):

@@ -30,19 +30,19 @@ from dpsynth.methods.base import (
     label_groups,
 )
 from dpsynth.methods.dpga_metadata import Metadata
-from dpsynth.methods.toolbox import allocate, keep_produced, mask_words, softmax
-from dpsynth.methods.votes import LabelsFrom, vote_on_samples
-from dpsynth.ops.keywords import class_keywords
-from dpsynth.ops.metadata import (
+from dpsynth.methods.parts.keywords import class_keywords
+from dpsynth.methods.parts.suppression import select_distinct
+from dpsynth.methods.parts.toolbox import allocate, keep_produced, mask_words, softmax
+from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
+from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.releases.metadata import (
     dp_keyword_votes,
     dp_label_distribution,
     dp_length_histogram,
     dp_length_range,
 )
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.self_similarity import dp_self_similarity
-from dpsynth.ops.suppression import select_distinct
-from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.private.releases.self_similarity import dp_self_similarity
 
 
 class DpgaParams(BaseModel):

@@ -34,12 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dpsynth.backends import Condition, build_inversion_decoder
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.ops.eda import GaussianModel, estimate
-from dpsynth.ops.limited_domain import dp_select_parents
-from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.methods.parts.gaussian import GaussianModel, estimate
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.private.releases.limited_domain import dp_select_parents
+from dpsynth.private.releases.metadata import dp_label_distribution
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpsynth.backends.base import Condition
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.ops.metadata import dp_label_distribution
-from dpsynth.ops.pate import Teachers, label_within_budget, train_classifier
-from dpsynth.ops.sharded import ShardedTeachers
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.private.engine.ray import ShardedTeachers
+from dpsynth.private.engine.teachers import Teachers, train_classifier
+from dpsynth.private.releases.metadata import dp_label_distribution
+from dpsynth.private.releases.pate import label_within_budget
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ from dpsynth.methods.base import (
     SyntheticSet,
     label_groups,
 )
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.methods.votes import LabelsFrom, vote_on_samples
-from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
 from dpsynth.privacy.planning import StageSpec
+from dpsynth.private.releases.metadata import dp_label_distribution
 
 
 class PeParams(BaseModel):

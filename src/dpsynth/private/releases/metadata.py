@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import AboveThreshold, Gaussian, Laplace
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
 
 
 def word_lengths(texts: Sequence[str]) -> np.ndarray:

@@ -44,8 +44,8 @@ from dpsynth.backends.config import EmbedderConfig, ExecutorConfig
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.data.bounding import record_rank
 from dpsynth.errors import DpsynthError
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.pate import fit_teachers, teacher_partitions, teacher_votes
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.engine.teachers import fit_teachers, teacher_partitions, teacher_votes
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 
 from dpsynth.methods.base import RunContext, group_codes
-from dpsynth.ops.voting import dp_labelled_votes, dp_nearest_votes
+from dpsynth.private.releases.voting import dp_labelled_votes, dp_nearest_votes
 
 LabelsFrom = Literal["generation", "votes"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth.errors import InputError
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Disjoint, LimitedDomainTopK
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
 
 
 def dp_select_parents(voters: Voters, candidate_embeddings: np.ndarray,

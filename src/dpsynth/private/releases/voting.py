@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth.errors import DpsynthError, InputError
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram, Votes
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
 
 
 def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
@@ -25,7 +25,7 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
     """Noisy vote count per candidate (floats; may be negative).
 
     The mechanism samples and counts one vote per unit, so units must hold one record.
-    The voters' search (`dpsynth.ops.nearest.SEARCHES`) finds each unit's candidate; an
+    The voters' search (`dpsynth.private.engine.nearest.SEARCHES`) finds each unit's candidate; an
     approximate one still gives each unit one vote for one candidate, so the charge is the
     same.
     """
