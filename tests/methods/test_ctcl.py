@@ -85,7 +85,7 @@ def test_a_folder_of_the_older_conditions_is_refused_before_training_resumes(tmp
     def trained(*_):
         raise AssertionError("training resumed")
 
-    recipe._assigned_topics = recipe._train = trained
+    recipe._train = trained
     old = {"topic_probs": [1.0], "label_probs": [0.5, 0.5], "topic_keywords": [["invoice"]],
            "trained_steps": 2}
     ctx = SimpleNamespace(plan=None, resumed=(2, old),

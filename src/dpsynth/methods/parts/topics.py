@@ -19,7 +19,6 @@ from sklearn.cluster import HDBSCAN, KMeans
 from sklearn.decomposition import PCA
 
 from dpsynth.methods.parts.keywords import class_keywords
-from dpsynth.private.engine.nearest import nearest_indices
 
 FORMAT = "dpsynth.topic-model/1"
 
@@ -35,10 +34,6 @@ class TopicModel:
     @property
     def n_topics(self) -> int:
         return len(self.centroids)
-
-    def assign(self, embeddings: np.ndarray) -> np.ndarray:
-        """The nearest topic (cosine) of each embedding."""
-        return nearest_indices(embeddings, self.centroids)
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)

@@ -1,12 +1,12 @@
-"""PATE building blocks (kd-tutor §3.4): teachers on disjoint partitions of the private units,
-and the noisy aggregate of their votes. Class 0 is "public"; a binary teacher's class 1 is
-"private", a labelled teacher's class 1 + c is "private, label c".
+"""PATE teachers (kd-tutor §3.4) on disjoint partitions of the private units; their noisy
+aggregate is `dpsynth.private.releases.pate`. Class 0 is "public"; a binary teacher's class 1
+is "private", a labelled teacher's class 1 + c is "private, label c".
 
 Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
 list: adding or removing a unit then changes one teacher only, which is what bounds the
-aggregate's sensitivity. On a Ray cluster (`dpsynth.private.engine.ray.Cluster.teachers`) each
-worker holds whole partitions and fits their teachers by the same `fit_teachers`; only the
-vote counts come back, to be summed and released here.
+aggregate's sensitivity. On a Ray cluster (`dpsynth.private.engine.ray.RayEngine.teachers`)
+each worker holds whole partitions and fits their teachers by the same `fit_teachers`; only
+the vote counts come back, to be summed and released.
 """
 
 from __future__ import annotations

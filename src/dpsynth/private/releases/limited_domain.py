@@ -20,8 +20,7 @@ from dpsynth.private.engine.nearest import Voters
 def dp_select_parents(voters: Voters, candidate_embeddings: np.ndarray,
                       candidate_groups: np.ndarray,
                       mechanism: LimitedDomainTopK, ledger: PrivacyLedger, noise: NoiseSource,
-                      records_per_unit: int = 1,
-                      stage: str = "selection") -> dict[int, list[int]]:
+                      stage: str, records_per_unit: int = 1) -> dict[int, list[int]]:
     """Per candidate group (public): the selected candidate indices, best noisy count first;
     a list may be short or empty (the ⊥ bar came first).
 

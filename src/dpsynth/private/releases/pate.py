@@ -15,7 +15,7 @@ from dpsynth.private.engine.teachers import Teachers
 
 
 def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
-                 noise: NoiseSource, stage: str = "student_queries") -> np.ndarray:
+                 noise: NoiseSource, stage: str) -> np.ndarray:
     """Release the argmax of each noisy vote vector (the class index). The mechanism covers
     all rows at once: one teacher moves two counts per row, so `max_changed` = 2 × rows, the
     same as composing one release per row, for any number of classes."""
@@ -28,8 +28,7 @@ def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: Priva
 
 def label_within_budget(teachers: Teachers, queries: np.ndarray,
                         per_query: Gaussian | Laplace, batch: int, ledger: PrivacyLedger,
-                        noise: NoiseSource, n_classes: int = 2,
-                        stage: str = "student_queries") -> np.ndarray:
+                        noise: NoiseSource, stage: str, n_classes: int = 2) -> np.ndarray:
     """Noisy teacher labels for `queries`, in order and batch by batch; a batch that would
     exceed the budget is halved until it fits, and labelling stops when no query fits.
     `per_query` is the planned release of one query; a batch of b releases b of them at once

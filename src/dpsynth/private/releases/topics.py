@@ -14,7 +14,7 @@ from dpsynth.private.engine.ray import ShardedVoters
 
 def dp_topic_histogram(voters: Voters | ShardedVoters, centroids: np.ndarray,
                        mechanism: Gaussian, ledger: PrivacyLedger, noise: NoiseSource,
-                       stage: str = "topic_histogram", label_codes: np.ndarray | None = None,
+                       stage: str, label_codes: np.ndarray | None = None,
                        n_labels: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Each private record goes to its nearest topic (of the public `centroids`); Gaussian
     noise on the counts.
@@ -35,9 +35,9 @@ def dp_topic_histogram(voters: Voters | ShardedVoters, centroids: np.ndarray,
 
 def dp_condition_histogram(private: PrivateDataset, voters: Voters | ShardedVoters,
                            centroids: np.ndarray, mechanism: Gaussian, ledger: PrivacyLedger,
-                           noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+                           noise: NoiseSource, stage: str) -> tuple[np.ndarray, np.ndarray]:
     """`dp_topic_histogram` over (label, topic) cells when the data has labels (one row
     otherwise): CTCL's conditions."""
     codes = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
-    return dp_topic_histogram(voters, centroids, mechanism, ledger, noise, label_codes=codes,
+    return dp_topic_histogram(voters, centroids, mechanism, ledger, noise, stage, label_codes=codes,
                               n_labels=len(private.label_names or ()) or 1)

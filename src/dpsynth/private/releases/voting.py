@@ -20,8 +20,7 @@ from dpsynth.private.engine.nearest import Voters
 def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
                      candidate_labels: np.ndarray | None,
                      mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
-                     noise: NoiseSource, records_per_unit: int = 1,
-                     stage: str = "voting") -> np.ndarray:
+                     noise: NoiseSource, stage: str, records_per_unit: int = 1) -> np.ndarray:
     """Noisy vote count per candidate (floats; may be negative).
 
     The mechanism samples and counts one vote per unit, so units must hold one record.
@@ -36,8 +35,7 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
 
 def dp_labelled_votes(voters: Voters, candidate_embeddings: np.ndarray, n_labels: int,
                       mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
-                      noise: NoiseSource, records_per_unit: int = 1,
-                      stage: str = "voting") -> np.ndarray:
+                      noise: NoiseSource, stage: str, records_per_unit: int = 1) -> np.ndarray:
     """Noisy vote count per candidate and label, shape (candidates, n_labels).
 
     Each record votes for its nearest candidate whatever label it was generated for, in its
