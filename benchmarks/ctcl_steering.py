@@ -35,7 +35,8 @@ from dpsynth.backends import Condition, build_embedder
 from dpsynth.backends.config import EmbedderConfig
 from dpsynth.backends.offline.generator import OfflineGenerator
 from dpsynth.evaluate import read_text_table
-from dpsynth.ops.topics import TopicModel
+from dpsynth.methods.parts.topics import TopicModel
+from dpsynth.private.engine.nearest import nearest_indices
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +74,7 @@ def main() -> None:
     judge = LogisticRegression(max_iter=2000).fit(emb[fit_rows], labels[fit_rows])
     topics = TopicModel.load(ROOT / "src/dpsynth/assets/topics")
     joint = np.zeros((len(names), topics.n_topics))
-    np.add.at(joint, ([names.index(y) for y in labels], topics.assign(emb)), 1)
+    np.add.at(joint, ([names.index(y) for y in labels], nearest_indices(emb, topics.centroids)), 1)
     joint /= joint.sum()
     majority = float(np.mean(labels[score_rows] == max(names, key=list(labels).count)))
     print(f"{args.data.name}: {len(train)} real train records, {len(names)} labels, "
@@ -107,7 +108,7 @@ def main() -> None:
                 row = {"generator": name, "draw": kind, "guidance": g, "n": args.n,
                        "label_agreement": round(float(np.mean(judge.predict(got) == asked)), 3),
                        "topic_hit": None if ts is None else
-                       round(float(np.mean(topics.assign(got) == ts)), 3),
+                       round(float(np.mean(nearest_indices(got, topics.centroids) == ts)), 3),
                        "downstream_accuracy": round(float(downstream), 3)}
                 print(json.dumps(row), flush=True)
                 for text, y in list(zip(texts, asked, strict=True))[: args.samples]:

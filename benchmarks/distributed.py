@@ -60,9 +60,9 @@ from dpsynth.backends import build_embedder  # noqa: E402
 from dpsynth.backends.config import EmbedderConfig, ExecutorConfig  # noqa: E402
 from dpsynth.backends.ray_cluster import ray_session  # noqa: E402
 from dpsynth.data import PrivateDataset  # noqa: E402
-from dpsynth.ops.nearest import private_voters  # noqa: E402
-from dpsynth.ops.pate import Teachers, train_teachers  # noqa: E402
-from dpsynth.ops.sharded import Cluster  # noqa: E402
+from dpsynth.private.engine.nearest import private_voters  # noqa: E402
+from dpsynth.private.engine.ray import RayEngine  # noqa: E402
+from dpsynth.private.engine.teachers import Teachers, train_teachers  # noqa: E402
 
 KEY = b"benchmark-key-16"
 
@@ -152,7 +152,7 @@ def main() -> None:
             start = time.perf_counter()
             with ray_session(executor):
                 started = time.perf_counter() - start
-                cluster = Cluster(cfg, None, executor, False)
+                cluster = RayEngine(cfg, None, executor, False)
                 rows.append((f"ray, {workers} worker(s)", started, *vote_stage(
                     lambda cluster=cluster: cluster.voters(private), candidates,
                     args.iterations, centroids), *teacher_stage(

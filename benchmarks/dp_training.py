@@ -56,7 +56,7 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int,
     from torch.utils.data import DataLoader, TensorDataset
 
     from dpsynth.backends.offline.model import build_model
-    from dpsynth.ops.dp_training import (
+    from dpsynth.private.training.dp_training import (
         DpTraining,
         SequenceLoss,
         _BookKeeping,

@@ -22,8 +22,8 @@ def seconds_per_step(device: str, batch: int, length: int, steps: int) -> float:
     from dp_accounting import dp_event
 
     from dpsynth.backends.offline.model import build_model
-    from dpsynth.ops.dp_training import DpTraining, dp_finetune
     from dpsynth.privacy.ledger import PrivacyLedger
+    from dpsynth.private.training.dp_training import DpTraining, dp_finetune
 
     n = batch * 8
     generator = torch.Generator().manual_seed(0)

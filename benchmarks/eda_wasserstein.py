@@ -36,7 +36,7 @@ from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import parse_config
 from dpsynth.evaluate.fidelity import wasserstein_distance
 from dpsynth.methods.eda import EdaParams, draw_population
-from dpsynth.methods.toolbox import allocate
+from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.synthesis import run
 
 ROOT = Path(__file__).resolve().parents[1]

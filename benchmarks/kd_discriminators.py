@@ -25,16 +25,17 @@ from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
 from dpsynth.data import PrivateDataset
 from dpsynth.evaluate import read_text_table
 from dpsynth.methods.kd_tutor import KdTutor, KdTutorParams
-from dpsynth.ops.pate import (
+from dpsynth.privacy.config import default_delta
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.privacy.stages import STUDENT_QUERIES
+from dpsynth.private.engine.teachers import (
     Teachers,
-    label_within_budget,
     partition_units,
     teacher_votes,
     train_classifier,
 )
-from dpsynth.privacy.config import default_delta
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.releases.pate import label_within_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,8 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         plan = recipe.budget_plan(private, eps, delta)
         ledger = PrivacyLedger(eps, delta)
         votes = label_within_budget(Teachers(teachers), emb["queries"],
-                                    plan.stage("student_queries").mechanism, 100, ledger,
-                                    NoiseSource())
+                                    plan.stage(STUDENT_QUERIES).mechanism, 100, ledger,
+                                    NoiseSource(), STUDENT_QUERIES)
         clean = np.argmax(teacher_votes(teachers, emb["queries"][: len(votes)]), axis=1)
         line = (f"ε={eps:g}: {len(votes)} student queries (σ "
                 f"{plan.stage('student_queries').noise_scale:.2f}, noisy label = clean "

@@ -38,7 +38,8 @@ from dpsynth.evaluate import read_text_table
 def prepare(datasets: list[str], data_root: Path, out: Path, embedder_name: str) -> None:
     from dpsynth.backends import build_embedder
     from dpsynth.backends.config import EmbedderConfig
-    from dpsynth.ops.topics import TopicModel
+    from dpsynth.methods.parts.topics import TopicModel
+    from dpsynth.private.engine.nearest import nearest_indices
 
     embedder = build_embedder(EmbedderConfig(name=embedder_name))
     topics = TopicModel.load(Path(__file__).resolve().parents[1] / "src/dpsynth/assets/topics")
@@ -47,7 +48,7 @@ def prepare(datasets: list[str], data_root: Path, out: Path, embedder_name: str)
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(data_root / name / "train.csv", folder / "train.csv")
         texts = read_text_table(folder / "train.csv", require_labels=True).texts
-        assigned = topics.assign(embedder.encode_private(texts))
+        assigned = nearest_indices(embedder.encode_private(texts), topics.centroids)
         np.save(folder / "topics.npy", assigned.astype(np.int16))
         (folder / "embedder.json").write_text(json.dumps(embedder.identity()), encoding="utf-8")
         print(f"{name}: {len(texts)} records over {len(set(assigned.tolist()))} topics",
@@ -80,7 +81,7 @@ class TopicCentroids(Embedder):
 
 def train(prepared: Path, runs: list[dict], out: Path, tar_name: str) -> None:
     import dpsynth
-    from dpsynth.ops.topics import TopicModel
+    from dpsynth.methods.parts.topics import TopicModel
 
     centroids = TopicModel.load(
         Path(__file__).resolve().parents[1] / "src/dpsynth/assets/topics").centroids

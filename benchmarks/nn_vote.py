@@ -3,12 +3,12 @@
     python benchmarks/nn_vote.py [--voters 10000] [--candidates 2000,10000,160000] [--dim 384]
         [--labels 4] [--approximate]
 
-The vote (`dpsynth.ops.nearest.grouped_nearest`: every voter's most similar candidate of its
-own label) costs one GEMM of voters x candidates x dim plus an argmax; the exact search runs
-it in float64 on integer-grid embeddings, so that scores are exact (the module docstring says
-why). For each candidate count this prints, measured in the same run on the same
-unit-normalised random embeddings: the throughput of the bare float32 and float64 GEMMs
-(GFLOP/s of voters @ candidates.T, blocked as the vote blocks it), the vote's throughput
+The vote (`dpsynth.private.engine.nearest.grouped_nearest`: every voter's most similar
+candidate of its own label) costs one GEMM of voters x candidates x dim plus an argmax; the
+exact search runs it in float64 on integer-grid embeddings, so that scores are exact (the
+module docstring says why). For each candidate count this prints, measured in the same run on
+the same unit-normalised random embeddings: the throughput of the bare float32 and float64
+GEMMs (GFLOP/s of voters @ candidates.T, blocked as the vote blocks it), the vote's throughput
 counted in the same FLOPs, and its ratio to the float64 GEMM (goal >= 0.7) and to the float32
 one (what exactness costs against a float32 vote). Rows: the exact search, and with
 --approximate the HNSW and IVF indexes with their agreement with the exact answer. Wall-clock
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from dpsynth.ops import nearest
+from dpsynth.private.engine import nearest
 
 GOAL = 0.7
 

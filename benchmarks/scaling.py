@@ -105,10 +105,11 @@ def measure(csv: Path, n_candidates: int, n_labels: int, n_fit: int) -> list[dic
     from dpsynth.backends.tfidf import TfidfEmbedder
     from dpsynth.data import DataConfig, load_private
     from dpsynth.data.scratch import IN_MEMORY_BYTES
-    from dpsynth.ops.nearest import private_voters
-    from dpsynth.ops.voting import dp_nearest_votes
     from dpsynth.privacy import PrivacyLedger, SubsampledGaussianHistogram
     from dpsynth.privacy.noise import NoiseSource
+    from dpsynth.privacy.stages import VOTING
+    from dpsynth.private.engine.nearest import private_voters
+    from dpsynth.private.releases.voting import dp_nearest_votes
 
     embedder = TfidfEmbedder(paragraphs("wikipedia_en", range(1), n_fit))
     candidates = embedder.encode(paragraphs("wikinews_en", range(8, 9), n_candidates))
@@ -134,7 +135,7 @@ def measure(csv: Path, n_candidates: int, n_labels: int, n_fit: int) -> list[dic
     stage("vote", lambda: dp_nearest_votes(
         private_voters(private, held["embed"]), candidates, candidate_labels,
         SubsampledGaussianHistogram(sigma=10.0, sampling_rate=1.0),
-        PrivacyLedger(1e6, 1e-5), NoiseSource()))
+        PrivacyLedger(1e6, 1e-5), NoiseSource(), VOTING))
     for row in rows:
         row.update(records=private.n_records, out_of_core=out_of_core,
                    in_memory_bytes=IN_MEMORY_BYTES, dim=embedder.dim)

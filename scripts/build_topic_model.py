@@ -16,7 +16,7 @@ from pathlib import Path
 from dpsynth.backends import build_embedder
 from dpsynth.backends.config import EmbedderConfig
 from dpsynth.data.public_text import PUBLIC_SOURCES, public_paragraphs
-from dpsynth.ops.topics import build_topic_model
+from dpsynth.methods.parts.topics import build_topic_model
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src/dpsynth/assets/topics"

@@ -1,6 +1,8 @@
-"""Every private read and every ledger call sits in `ops/` or `privacy/` (and the private
-dataset type itself in `data/`): a reviewer finds each release at an op's call site, and a
-recipe cannot touch private texts, labels or the ledger directly."""
+"""The privacy boundary is a package: every private read and every ledger call sits in
+`private/` or `privacy/` (and the private dataset type itself in `data/`), only `private/`
+imports the private dataset's access, the ledger and the noise source, and a recipe reaches
+private data through `ctx.private` alone. A reviewer finds each release at one method of
+`dpsynth.private.Private`; a recipe cannot touch private texts, labels or the ledger."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dpsynth"
-ALLOWED = ("ops", "privacy", "data")
+ALLOWED = ("private", "privacy", "data")
 PRIVATE_READS = {"texts", "label_codes"}  # PrivateDataset's gated accessors
 LEDGER_CALLS = {"release", "charge"}
 
@@ -35,7 +37,7 @@ def _modules() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
-def test_no_private_read_or_ledger_call_outside_ops(path):
+def test_no_private_read_or_ledger_call_outside_private(path):
     assert not _offences(ast.parse(path.read_text(encoding="utf-8"))), path
 
 
@@ -47,14 +49,72 @@ def test_the_check_catches_what_it_forbids():
     assert len(_modules()) > 20
 
 
-@pytest.mark.parametrize("path", sorted((SRC / "methods").glob("*.py")), ids=lambda p: p.name)
+def _imports(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """The modules a file imports from, and the names it imports."""
+    modules, names = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module)
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules, names
+
+
+def _parsed(path: Path) -> ast.AST:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+PRIVATE_SIDE = {"modules": ("dpsynth.privacy.ledger", "dpsynth.privacy.noise"),
+                "names": {"Access", "PrivacyLedger", "NoiseSource"}}
+"""The private dataset's access, the ledger and the noise source: by module or by name (the
+`dpsynth.privacy` and `dpsynth.data` packages re-export them)."""
+RUN_SIDE = {"synthesis.py", "api.py", "report/inputs.py"}
+"""The run itself, which creates the ledger and the noise source from the journal and hands
+them to `private.Private` (synthesis), returns the ledger (api), and recomputes ε from a
+finished run's `privacy.json` (report)."""
+
+
+def _offending_imports(tree: ast.AST, modules: tuple[str, ...], names: set[str]) -> set[str]:
+    imported, imported_names = _imports(tree)
+    return ({m for m in imported if m.startswith(modules)} | (imported_names & names))
+
+
+@pytest.mark.parametrize("path", [p for p in _modules()
+                                  if str(p.relative_to(SRC)) not in RUN_SIDE],
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_only_the_private_side_imports_access_the_ledger_and_the_noise(path):
+    assert not _offending_imports(_parsed(path), PRIVATE_SIDE["modules"],
+                                  PRIVATE_SIDE["names"]), path
+
+
+RECIPES_NEVER = ("dpsynth.privacy.ledger", "dpsynth.privacy.noise", "dpsynth.data.private",
+                 "dpsynth.private.releases", "dpsynth.private.engine",
+                 "dpsynth.private.boundary")
+"""What `methods/` never imports: it asks `ctx.private` (typed through `dpsynth.private`)."""
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "methods").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_recipes_import_nothing_of_the_private_side(path):
+    assert not _offending_imports(_parsed(path), RECIPES_NEVER,
+                                  PRIVATE_SIDE["names"] | {"PrivateDataset"}), path
+
+
+def test_the_import_rule_catches_what_it_forbids():
+    source = ("from dpsynth.data import Access\n"
+              "from dpsynth.privacy import NoiseSource\n"
+              "from dpsynth.privacy.ledger import Charge\n"
+              "import dpsynth.private.releases.voting\n")
+    assert _offending_imports(ast.parse(source), RECIPES_NEVER, PRIVATE_SIDE["names"]) == {
+        "Access", "NoiseSource", "dpsynth.privacy.ledger", "dpsynth.private.releases.voting"}
+    assert all((SRC / side).exists() for side in RUN_SIDE)
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "methods").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(SRC)))
 def test_recipes_ask_the_backend_factory_for_models(path):
     """No recipe names a concrete model class: it asks `dpsynth.backends` for one."""
-    imported = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module)
-        elif isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
+    imported, _ = _imports(_parsed(path))
     assert not {m for m in imported
                 if m.startswith(("dpsynth.backends.offline", "transformers", "torch"))}

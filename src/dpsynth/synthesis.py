@@ -33,11 +33,12 @@ from dpsynth.data.load import resolve_path
 from dpsynth.errors import InputError
 from dpsynth.logs import where_raised
 from dpsynth.methods.base import RunContext, SyntheticSet
-from dpsynth.ops.sharded import Cluster
 from dpsynth.preflight import RunPlan, make_plan
 from dpsynth.privacy.journal import Journal, JournalHeader, atomic_write_text
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private import Private
+from dpsynth.private.engine import build_engine
 from dpsynth.stops import shielded
 
 log = logging.getLogger(__name__)
@@ -162,18 +163,18 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     if resumed is not None and "generator" in resumed[2] and hasattr(generator,
                                                                      "load_state_dict"):
         generator.load_state_dict(resumed[2]["generator"])
-    ctx = RunContext(private=run_plan.data, ledger=ledger, noise=noise,
-                     embedder=embedder, generator=generator, checkpoints=store, seed=seed,
-                     plan=run_plan.budget, label_names=config.data.label_names or {},
-                     report=report, resumed=resumed[:2] if resumed else None,
-                     state_version=run_plan.recipe.state_version,
-                     allow_remote_embedding=backends.embedder.allow_remote_on_private,
-                     cluster=_cluster(config), search=backends.executor.search)
+    private = Private(run_plan.data, ledger, noise,
+                      build_engine(embedder, backends, config.base_dir))
+    ctx = RunContext(private=private, embedder=embedder, generator=generator,
+                     checkpoints=store, seed=seed, plan=run_plan.budget,
+                     label_names=config.data.label_names or {}, report=report,
+                     resumed=resumed[:2] if resumed else None,
+                     state_version=run_plan.recipe.state_version)
     with ray_session(backends.executor):
         try:
             result = run_plan.recipe.run(ctx)
         finally:
-            ctx.close()
+            private.close()
     usage = {"generator": generator.usage(), "embedder": embedder.usage(),
              "remote_embedding_of_private_text": bool(
                  embedder.is_remote and backends.embedder.allow_remote_on_private)}
@@ -188,15 +189,6 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     log.info("done: %d synthetic records, ε spent %.4g of %g", len(result.texts),
              ledger.spent(), ledger.epsilon)
     return RunOutputs(synthetic, privacy, metrics_path, result, ledger)
-
-
-def _cluster(config: RunConfig) -> Cluster | None:
-    """Where the run's private records are embedded and used, when the executor is ray."""
-    backends = config.backends
-    if backends.executor.name != "ray":
-        return None
-    return Cluster(backends.embedder, config.base_dir, backends.executor,
-                   backends.embedder.allow_remote_on_private)
 
 
 def _seeded(cfg: GeneratorConfig, seed: int) -> GeneratorConfig:

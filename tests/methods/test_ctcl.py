@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 pytest.importorskip("opacus")
 
 from dpsynth.config import parse_config
-from dpsynth.ops.topics import TopicModel
+from dpsynth.methods.parts.topics import TopicModel
 from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 
@@ -85,7 +85,7 @@ def test_a_folder_of_the_older_conditions_is_refused_before_training_resumes(tmp
     def trained(*_):
         raise AssertionError("training resumed")
 
-    recipe._assigned_topics = recipe._train = trained
+    recipe._train = trained
     old = {"topic_probs": [1.0], "label_probs": [0.5, 0.5], "topic_keywords": [["invoice"]],
            "trained_steps": 2}
     ctx = SimpleNamespace(plan=None, resumed=(2, old),
@@ -141,7 +141,7 @@ def test_auto_takes_a_gpu_only_where_book_keeping_clipping_can_use_it(monkeypatc
     import torch
 
     from dpsynth.errors import ConfigError
-    from dpsynth.ops.dp_training import training_device
+    from dpsynth.private.training.dp_training import training_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert training_device("auto", "bk") == "cpu"
@@ -164,7 +164,7 @@ class _Killed(RuntimeError):
 def test_ctcl_killed_mid_training_resumes_to_the_unbroken_output(tmp_path, tickets, tiny_lm,
                                                                  topics, monkeypatch):
     from dpsynth.checkpoint import CheckpointStore
-    from dpsynth.ops.training_state import TrainingCheckpoints
+    from dpsynth.private.training.state import TrainingCheckpoints
 
     for name in "ab":
         (tmp_path / name).mkdir()
@@ -205,7 +205,7 @@ def test_the_shipped_topic_model_is_what_ctcl_loads_by_default():
 
 def test_ctcl_killed_after_training_exports_without_training_again(tmp_path, tickets, tiny_lm,
                                                                    topics, monkeypatch):
-    from dpsynth.ops.training_state import TrainingCheckpoints
+    from dpsynth.private.training.state import TrainingCheckpoints
 
     cfg = config(tmp_path, tickets, "ctcl", tiny_lm, topics, checkpoint_every=2)
     save = TrainingCheckpoints.save

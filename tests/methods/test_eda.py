@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from dpsynth.config import parse_config
-from dpsynth.ops.eda import GaussianModel, estimate
+from dpsynth.methods.parts.gaussian import GaussianModel, estimate
 from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 from tests.tiny_lm import INVERSION_DIM, one_torch_thread

@@ -8,16 +8,18 @@ import pytest
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.kd_tutor import KdTutor
-from dpsynth.ops.pate import (
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import Gaussian, Laplace
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private import Private
+from dpsynth.private.engine.local import LocalEngine
+from dpsynth.private.engine.teachers import (
     first_per_unit,
-    noisy_argmax,
     partition_units,
     teacher_votes,
     train_teachers,
 )
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import Gaussian, Laplace
-from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.releases.pate import noisy_argmax
 from tests.methods.fakes import HashEmbedder, RecordingGenerator
 
 
@@ -39,7 +41,8 @@ def agreement(n_teachers: int, sigma: float = 3.0) -> float:
     votes = teacher_votes([_Voter(0.3, s) for s in range(n_teachers)], queries)
     clean = (queries[:, 0] > 0).astype(np.int64)
     ledger = PrivacyLedger(1e4, 1e-6, discretization=0.1)
-    noisy = noisy_argmax(votes, Gaussian(sigma, 1.0, 2 * len(queries)), ledger, NoiseSource(1))
+    noisy = noisy_argmax(votes, Gaussian(sigma, 1.0, 2 * len(queries)), ledger, NoiseSource(1),
+                         "student_queries")
     return float(np.mean(noisy == clean))
 
 
@@ -81,11 +84,11 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
     ledger = PrivacyLedger(1.0, 1e-5)
     plan = recipe.budget_plan(private, ledger.epsilon, ledger.delta)
     ledger.charge("spent elsewhere", Gaussian(8.0).event)  # part of the budget is gone
-    ctx = RunContext(private, ledger, NoiseSource(0), HashEmbedder(), RecordingGenerator(),
-                     CheckpointStore(tmp_path), seed=0, plan=plan)
-    embeddings = HashEmbedder().encode([f"candidate {i}" for i in range(80)])
-    teachers = recipe._teachers(ctx, embeddings[:20])
-    done, labels = recipe._query(ctx, plan, teachers, embeddings, np.arange(20, 80))
+    embedder = HashEmbedder()
+    ctx = RunContext(Private(private, ledger, NoiseSource(0), LocalEngine(embedder)), embedder,
+                     RecordingGenerator(), CheckpointStore(tmp_path), seed=0, plan=plan)
+    embeddings = embedder.encode([f"candidate {i}" for i in range(80)])
+    done, labels = recipe._query(ctx, plan, embeddings, np.arange(20, 80))
     assert 0 < len(done) < 40
     assert len(labels) == len(done)
     assert ledger.spent() <= 1.0
@@ -161,18 +164,18 @@ def test_a_k_plus_one_vote_batch_takes_the_same_charge_as_a_binary_one():
     """noisy_argmax accepts K+1 counts per row under 2 × rows changed coordinates."""
     ledger = PrivacyLedger(1e4, 1e-6)
     votes = np.array([[0, 9, 1, 0, 0], [10, 0, 0, 0, 0]])
-    out = noisy_argmax(votes, Gaussian(0.1, 1.0, 4), ledger, NoiseSource(0))
+    out = noisy_argmax(votes, Gaussian(0.1, 1.0, 4), ledger, NoiseSource(0), "student_queries")
     np.testing.assert_array_equal(out, [1, 0])
     with pytest.raises(ValueError, match="changed coordinates"):
-        noisy_argmax(votes, Gaussian(0.1, 1.0, 3), ledger, NoiseSource(0))
+        noisy_argmax(votes, Gaussian(0.1, 1.0, 3), ledger, NoiseSource(0), "student_queries")
 
 
 @pytest.mark.parametrize("per_query", [Gaussian(5.0, 1.0, 2), Laplace(8.0, 1.0, 2)])
 def test_a_batch_of_queries_costs_what_its_queries_cost_one_by_one(per_query):
     from dp_accounting import dp_event
 
-    from dpsynth.ops.pate import _batch
     from dpsynth.privacy.calibration import epsilon_of
+    from dpsynth.private.releases.pate import _batch
 
     together = epsilon_of(_batch(per_query, 10).event, 1e-5)
     apart = epsilon_of(dp_event.ComposedDpEvent([per_query.event] * 10), 1e-5)

@@ -114,7 +114,7 @@ def test_labels_from_votes_follow_the_private_records_not_the_generator(tmp_path
 def test_the_executors_search_finds_every_vote(tmp_path, tickets, monkeypatch):
     """`backends.executor.search` reaches the voters: every vote of the run searches with it."""
     from dpsynth.backends.config import ExecutorConfig
-    from dpsynth.ops import nearest
+    from dpsynth.private.engine import nearest
 
     used, searcher = [], nearest.searcher
     monkeypatch.setattr(nearest, "searcher", lambda c, s: (used.append(s), searcher(c, s))[1])

@@ -280,6 +280,8 @@ def test_public_texts_are_embedded_once_per_run(tmp_path):
     from dpsynth.privacy.ledger import PrivacyLedger
     from dpsynth.privacy.noise import NoiseSource
     from dpsynth.privacy.planning import BudgetPlan
+    from dpsynth.private import Private
+    from dpsynth.private.engine.local import LocalEngine
 
     class CountingEmbedder(HashEmbedder):
         def __init__(self):
@@ -291,8 +293,9 @@ def test_public_texts_are_embedded_once_per_run(tmp_path):
             return super().encode(texts)
 
     embedder = CountingEmbedder()
-    ctx = RunContext(PrivateDataset(["p"]), PrivacyLedger(1.0, 1e-5), NoiseSource(0), embedder,
-                     RecordingGenerator(), CheckpointStore(tmp_path), seed=0,
+    private = Private(PrivateDataset(["p"]), PrivacyLedger(1.0, 1e-5), NoiseSource(0),
+                      LocalEngine(embedder))
+    ctx = RunContext(private, embedder, RecordingGenerator(), CheckpointStore(tmp_path), seed=0,
                      plan=BudgetPlan(1.0, 1e-5))
     first = ctx.embed_public(["a", "b", "a"])
     second = ctx.embed_public(["b", "c"])

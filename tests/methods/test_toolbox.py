@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dpsynth.backends.base import BLANK, FAILED
-from dpsynth.methods.toolbox import allocate, keep_produced, mask_words
+from dpsynth.methods.parts.toolbox import allocate, keep_produced, mask_words
 
 
 def test_allocate_splits_exactly_in_proportion_with_a_minimum():

@@ -74,7 +74,7 @@ def tiny_stand_ins(recipe, tmp_path, getfixturevalue):
         pytest.importorskip("opacus")
         params["model"] = str(getfixturevalue("tiny_lm"))
     if recipe == "ctcl":
-        from dpsynth.ops.topics import TopicModel
+        from dpsynth.methods.parts.topics import TopicModel
 
         centroids = HashEmbedder().encode(["invoice refund charge", "parcel courier delivery",
                                            "wifi screen battery"])

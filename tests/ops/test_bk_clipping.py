@@ -8,8 +8,8 @@ pytest.importorskip("opacus")
 
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-from dpsynth.ops.bk_clipping import BookKeepingClipper  # noqa: E402
-from dpsynth.ops.dp_training import (  # noqa: E402
+from dpsynth.private.training.bk_clipping import BookKeepingClipper  # noqa: E402
+from dpsynth.private.training.dp_training import (  # noqa: E402
     IGNORE,
     DpTraining,
     SequenceLoss,

@@ -10,8 +10,8 @@ from dp_accounting import dp_event  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
 from dpsynth.errors import BudgetExceededError, InputError  # noqa: E402
-from dpsynth.ops.dp_training import DpTraining, SequenceLoss, dp_finetune  # noqa: E402
 from dpsynth.privacy.ledger import PrivacyLedger  # noqa: E402
+from dpsynth.private.training.dp_training import DpTraining, SequenceLoss, dp_finetune  # noqa: E402
 
 VOCAB, PAD = 50, 0
 
@@ -124,8 +124,8 @@ class _Killed(RuntimeError):
 
 
 def test_training_resumed_at_a_checkpoint_ends_where_an_unbroken_run_ends(tmp_path):
-    from dpsynth.ops.training_state import TrainingCheckpoints
     from dpsynth.privacy.noise import NoiseSource
+    from dpsynth.private.training.state import TrainingCheckpoints
 
     config = DpTraining(steps=6, sampling_rate=0.25, noise_multiplier=0.5,
                         learning_rate=5e-3, max_length=12)
@@ -160,7 +160,7 @@ def test_training_resumed_at_a_checkpoint_ends_where_an_unbroken_run_ends(tmp_pa
 
 
 def test_resuming_without_the_saved_state_is_a_clear_error(tmp_path):
-    from dpsynth.ops.training_state import TrainingCheckpoints
+    from dpsynth.private.training.state import TrainingCheckpoints
 
     checkpoints = TrainingCheckpoints(tmp_path, 2, lambda step: None, resume_step=4)
     with pytest.raises(InputError, match="step-000004"):
@@ -187,8 +187,8 @@ def test_a_state_written_but_not_committed_is_adopted_not_drawn_again(tmp_path, 
 
     from safetensors.torch import load_file
 
-    from dpsynth.ops.training_state import TrainingCheckpoints
     from dpsynth.privacy.noise import NoiseSource
+    from dpsynth.private.training.state import TrainingCheckpoints
 
     config = DpTraining(steps=6, sampling_rate=0.25, noise_multiplier=0.5,
                         learning_rate=5e-3, max_length=12)
@@ -234,8 +234,8 @@ def test_a_state_written_but_not_committed_is_adopted_not_drawn_again(tmp_path, 
 def test_a_kill_while_a_state_is_written_leaves_nothing_of_it(tmp_path, monkeypatch):
     """The state is written to a file with no name and linked into place once whole: a kill
     before the link leaves no trace of it (nothing a reader could take as a second draw)."""
-    from dpsynth.ops import training_state
-    from dpsynth.ops.training_state import TrainingCheckpoints
+    from dpsynth.private.training import state as training_state
+    from dpsynth.private.training.state import TrainingCheckpoints
 
     def killed(*args, **kwargs):
         raise _Killed
@@ -251,7 +251,7 @@ def test_a_kill_while_a_state_is_written_leaves_nothing_of_it(tmp_path, monkeypa
 def test_a_partly_written_named_state_charges_again_what_is_drawn_again(tmp_path):
     """Without unnamed files a state is first written under a temporary name; one left by a
     kill may have been read, so the steps it holds are charged again when drawn again."""
-    from dpsynth.ops.training_state import Recovered, TrainingCheckpoints
+    from dpsynth.private.training.state import Recovered, TrainingCheckpoints
 
     config = DpTraining(steps=4, sampling_rate=0.25, noise_multiplier=0.5, max_length=12)
     journal = []
@@ -273,7 +273,7 @@ def test_a_partly_written_named_state_charges_again_what_is_drawn_again(tmp_path
 def test_a_key_sets_the_whole_generator_state():
     """Keys that agree on their first bytes give different streams (manual_seed keeps 32
     bits of a seed); the same key gives the same stream whatever was drawn before."""
-    from dpsynth.ops.dp_training import keyed
+    from dpsynth.private.training.dp_training import keyed
 
     def normals(key, before=0):
         generator = torch.Generator()
@@ -333,7 +333,7 @@ def test_every_mode_divides_by_the_same_expected_batch_size(monkeypatch, public)
     """bk, hooks and ghost average a step's noisy sum over one figure: int(N·q) from the
     sequences, or the config's public figure (under data.max_units the data's N must not
     set it: 106 and 107 sequences divide by the same 32)."""
-    from dpsynth.ops import dp_training
+    from dpsynth.private.training import dp_training
 
     seen = {}
     original = dp_training.expected_batch_size
@@ -361,7 +361,7 @@ def test_every_mode_divides_by_the_same_expected_batch_size(monkeypatch, public)
 def test_poisson_batches_have_the_charged_mean_size():
     import torch
 
-    from dpsynth.ops.dp_training import poisson_loader
+    from dpsynth.private.training.dp_training import poisson_loader
 
     loader = poisson_loader(torch.utils.data.TensorDataset(torch.arange(106)), 32 / 106)
     torch.manual_seed(0)

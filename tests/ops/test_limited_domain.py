@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from dpsynth.ops.limited_domain import dp_select_parents
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy import Disjoint, LimitedDomainTopK, PrivacyLedger, epsilon_of, make_rng
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.releases.limited_domain import dp_select_parents
 from tests.privacy.test_audit import epsilon_lower_bound
 
 
@@ -27,7 +27,7 @@ def test_votes_stay_within_a_label_and_one_charge_covers_all_labels():
     ledger = PrivacyLedger(10.0, 1e-5)
     mech = LimitedDomainTopK(5.0, 1e-6, domain_size=2, k=1)
     picked = dp_select_parents(Voters(private, labels), candidates, groups, mech, ledger,
-                               make_rng(0))
+                               make_rng(0), "selection")
     assert picked == {0: [0], 1: [2]}
     assert ledger.breakdown()["selection"]["releases"] == 1
     assert ledger.charges[0].mechanism == "disjoint_limited_domain"

@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 
 from dpsynth.data import PrivateDataset
-from dpsynth.ops.keywords import class_keywords
-from dpsynth.ops.metadata import (
+from dpsynth.methods.parts.keywords import class_keywords
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import AboveThreshold, Laplace, NoisyMean
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.releases.metadata import (
     dp_keyword_votes,
     dp_label_distribution,
     dp_length_histogram,
     dp_length_range,
 )
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.self_similarity import bucket_pair_similarities, dp_self_similarity
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import AboveThreshold, Laplace, NoisyMean
-from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.releases.self_similarity import bucket_pair_similarities, dp_self_similarity
 
 BIG = 50.0  # ε per release: noise far below one count
 
@@ -36,7 +36,8 @@ def dataset(lengths, labels=None):
 
 def test_length_range_finds_min_and_max(ledger):
     data = dataset([5, 7, 9, 12, 30] * 20)
-    low, high = dp_length_range(data, AboveThreshold(BIG, 0.0), 100, ledger, NoiseSource(0))
+    low, high = dp_length_range(data, AboveThreshold(BIG, 0.0), 100, ledger, NoiseSource(0),
+                                "length_range_svt")
     # threshold 0 halts where the count reaches 0, give or take the (tiny) noise
     assert 3 <= low <= 5 and 30 <= high <= 33
     assert ledger.breakdown()["length_range_svt"]["releases"] == 2
@@ -44,21 +45,23 @@ def test_length_range_finds_min_and_max(ledger):
 
 def test_length_range_is_noisy_at_small_epsilon(ledger):
     data = dataset([5, 7, 9, 12, 30] * 20)
-    ranges = {dp_length_range(data, AboveThreshold(0.5, 0.0), 100, ledger, NoiseSource(s))
+    ranges = {dp_length_range(data, AboveThreshold(0.5, 0.0), 100, ledger, NoiseSource(s),
+                              "length_range_svt")
               for s in range(10)}
     assert len(ranges) > 1
 
 
 def test_label_distribution(ledger):
     data = dataset([3] * 100, labels=["a"] * 70 + ["b"] * 30)
-    probs = dp_label_distribution(data, Laplace(1 / BIG), ledger, NoiseSource(0))
+    probs = dp_label_distribution(data, Laplace(1 / BIG), ledger, NoiseSource(0),
+                                  "label_histogram")
     np.testing.assert_allclose(probs, [0.7, 0.3], atol=1e-3)
 
 
 def test_length_histogram(ledger):
     data = dataset([2] * 10 + [9] * 30)
     edges, probs = dp_length_histogram(data, 1, 10, 5, Laplace(1 / BIG), ledger,
-                                       NoiseSource(0))
+                                       NoiseSource(0), "length_histogram")
     assert edges[0] == 1 and edges[-1] == 11
     assert probs[0] == pytest.approx(0.25, abs=1e-3) and probs[-1] == pytest.approx(0.75,
                                                                                     abs=1e-3)
@@ -69,7 +72,7 @@ def test_keyword_votes_stay_within_each_label(ledger):
     keywords = np.eye(3, dtype=np.float32)
     votes = dp_keyword_votes(Voters(private, np.array([0, 0, 1, 1])), keywords,
                              np.array([0, 1, 1]),
-                             Laplace(1 / BIG), ledger, NoiseSource(0))
+                             Laplace(1 / BIG), ledger, NoiseSource(0), "keyword_histogram")
     # label 0 votes only keyword 0; label 1's records vote among keywords 1 and 2
     np.testing.assert_allclose(votes, [2, 1, 1], atol=1e-2)
 
@@ -97,7 +100,7 @@ def test_self_similarity_recovers_the_mean(ledger):
     data = PrivateDataset([f"t{i}" for i in range(400)])
     truth = float(np.mean((emb @ emb.T)[np.triu_indices(400, 1)]))
     estimate = dp_self_similarity(data, emb, NoisyMean(BIG, -2.0, 2.0), 100, ledger,
-                                  NoiseSource(0))
+                                  NoiseSource(0), "similarity_threshold")
     assert estimate == pytest.approx(truth, abs=0.05)
 
 
@@ -105,7 +108,7 @@ def test_self_similarity_refuses_narrow_bounds(ledger):
     data = PrivateDataset(["a", "b"])
     with pytest.raises(ValueError, match="cover"):
         dp_self_similarity(data, np.eye(2), NoisyMean(1.0, -1.0, 1.0), 4, ledger,
-                           NoiseSource(0))
+                           NoiseSource(0), "similarity_threshold")
 
 
 def test_class_keywords_prefer_distinctive_terms():

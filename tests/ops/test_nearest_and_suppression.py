@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from dpsynth.ops.nearest import nearest_indices, vote_counts
-from dpsynth.ops.suppression import select_distinct
+from dpsynth.methods.parts.suppression import select_distinct
+from dpsynth.private.engine.nearest import nearest_indices, vote_counts
 
 
 def unit(rows):
@@ -21,7 +21,7 @@ def test_blocked_search_matches_brute_force(monkeypatch):
     rng = np.random.default_rng(0)
     voters, candidates = unit(rng.normal(size=(300, 8))), unit(rng.normal(size=(50, 8)))
     expected = np.argmax(voters @ candidates.T, axis=1)
-    monkeypatch.setattr("dpsynth.ops.nearest.BLOCK_ROWS", 7)
+    monkeypatch.setattr("dpsynth.private.engine.nearest.BLOCK_ROWS", 7)
     np.testing.assert_array_equal(nearest_indices(voters, candidates), expected)
 
 
@@ -60,7 +60,7 @@ def test_without_suppression_order_is_by_votes():
 
 
 def test_grouped_search_streams_rows_and_stays_within_groups(monkeypatch):
-    from dpsynth.ops.nearest import grouped_nearest
+    from dpsynth.private.engine.nearest import grouped_nearest
 
     rng = np.random.default_rng(3)
     voters, candidates = unit(rng.normal(size=(500, 8))), unit(rng.normal(size=(60, 8)))
@@ -69,6 +69,6 @@ def test_grouped_search_streams_rows_and_stays_within_groups(monkeypatch):
     for g in range(3):  # group 3 has no candidate: its voters cast no vote
         rows, pool = voter_groups == g, np.flatnonzero(candidate_groups == g)
         expected[rows] = pool[np.argmax(voters[rows] @ candidates[pool].T, axis=1)]
-    monkeypatch.setattr("dpsynth.ops.nearest.STREAM_ROWS", 37)
+    monkeypatch.setattr("dpsynth.private.engine.nearest.STREAM_ROWS", 37)
     found = grouped_nearest(voters, voter_groups, candidates, candidate_groups)
     np.testing.assert_array_equal(found, expected)

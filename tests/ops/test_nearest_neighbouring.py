@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsynth.ops import nearest
+from dpsynth.private.engine import nearest
 
 DIM, N_VOTERS, N_CANDIDATES, LABELS = 384, 3000, 300, 3
 SEARCHES = [pytest.param(s, marks=[] if s == "exact" else pytest.mark.skipif(

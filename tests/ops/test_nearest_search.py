@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from dpsynth.ops import nearest
+from dpsynth.private.engine import nearest
 
 faiss = pytest.importorskip("faiss")
 

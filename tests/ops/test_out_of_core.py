@@ -9,11 +9,11 @@ import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.data.scratch import scratch_array
-from dpsynth.ops import nearest
-from dpsynth.ops.limited_domain import dp_select_parents
-from dpsynth.ops.nearest import private_voters
-from dpsynth.ops.voting import dp_nearest_votes
 from dpsynth.privacy import LimitedDomainTopK, PrivacyLedger, SubsampledGaussianHistogram, make_rng
+from dpsynth.private.engine import nearest
+from dpsynth.private.engine.nearest import private_voters
+from dpsynth.private.releases.limited_domain import dp_select_parents
+from dpsynth.private.releases.voting import dp_nearest_votes
 
 DIM = 256
 WORDS = np.array("order refund late parcel login password invoice screen crash charge".split())
@@ -80,10 +80,10 @@ def test_out_of_core_gives_the_in_memory_votes_and_releases(monkeypatch):
         voters = private_voters(private, embeddings)
         ledger, noise = PrivacyLedger(50.0, 1e-5), make_rng(7)
         votes = dp_nearest_votes(voters, cands, groups, SubsampledGaussianHistogram(2.0, 0.5),
-                                 ledger, noise)
+                                 ledger, noise, "voting")
         parents = dp_select_parents(voters, cands, groups,
                                     LimitedDomainTopK(2.0, 1e-6, domain_size=5, k=3), ledger,
-                                    noise)
+                                    noise, "selection")
         return votes, parents
 
     (votes, parents), (votes_ooc, parents_ooc) = releases(in_memory), releases(on_disk)
@@ -100,7 +100,7 @@ def _vote_peak_bytes(private: PrivateDataset, in_memory_bytes: int) -> int:
                                    in_memory_bytes=in_memory_bytes)
         dp_nearest_votes(private_voters(private, embeddings), cands, groups,
                          SubsampledGaussianHistogram(2.0, 0.5), PrivacyLedger(50.0, 1e-5),
-                         make_rng(0))
+                         make_rng(0), "voting")
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.sharded import shard_blocks
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.engine.ray import shard_blocks
 
 DIM, WORKERS, NODE_SHIFT = 16, 4, 1e-6
 

@@ -25,15 +25,17 @@ from dpsynth.data import PrivateDataset
 from dpsynth.errors import DpsynthError
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.ctcl import Ctcl
-from dpsynth.ops import sharded
-from dpsynth.ops.nearest import private_voters
-from dpsynth.ops.pate import Teachers, train_teachers
-from dpsynth.ops.sharded import Cluster, ShardError
-from dpsynth.ops.topics import TopicModel
-from dpsynth.ops.voting import dp_nearest_votes
+from dpsynth.methods.parts.topics import TopicModel
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram
 from dpsynth.privacy.noise import NoiseSource, make_rng
+from dpsynth.private import Private
+from dpsynth.private.engine import ray as sharded
+from dpsynth.private.engine.local import LocalEngine
+from dpsynth.private.engine.nearest import private_voters
+from dpsynth.private.engine.ray import RayEngine, ShardError
+from dpsynth.private.engine.teachers import Teachers, train_teachers
+from dpsynth.private.releases.voting import dp_nearest_votes
 from tests.methods.fakes import CANARY, VOCAB, RecordingGenerator, ticket_texts
 from tests.tiny_lm import one_torch_thread
 
@@ -42,8 +44,8 @@ EXECUTOR = ExecutorConfig(name="ray", workers=2, cpus_per_worker=0.5)
 LABELS = list(VOCAB)
 
 
-def on_ray(embedder_cfg: EmbedderConfig, executor: ExecutorConfig = EXECUTOR) -> Cluster:
-    return Cluster(embedder_cfg, None, executor, allow_remote=False)
+def on_ray(embedder_cfg: EmbedderConfig, executor: ExecutorConfig = EXECUTOR) -> RayEngine:
+    return RayEngine(embedder_cfg, None, executor, allow_remote=False)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +129,7 @@ def test_a_seeded_subsampled_release_is_the_local_one(both, candidates):
         ledger = PrivacyLedger(10.0, 1e-5)
         answers.append(dp_nearest_votes(voters, embeddings, groups,
                                         SubsampledGaussianHistogram(2.0, 0.5), ledger,
-                                        make_rng(5)))
+                                        make_rng(5), "voting"))
     np.testing.assert_array_equal(*answers)
 
 
@@ -156,17 +158,18 @@ def test_ctcl_topics_and_conditions_on_ray_are_the_local_ones(cluster, private, 
     recipe = Ctcl.from_config({"topic_model": str(model.save(tmp_path / "topics"))})
     plan = recipe.budget_plan(private, 4.0, 1e-5)
     answers = []
-    for where in (None, on_ray(embedder_cfg)):
-        if where is not None:  # the shards embed, in processes of their own
+    embedder = build_embedder(embedder_cfg)
+    for engine in (LocalEngine(embedder), on_ray(embedder_cfg)):
+        if isinstance(engine, RayEngine):  # the shards embed, in processes of their own
             monkeypatch.setattr(PrivateDataset, "embed", _driver_embeds)
-        ctx = RunContext(private, PrivacyLedger(4.0, 1e-5), NoiseSource(3),
-                         build_embedder(embedder_cfg), RecordingGenerator(),
-                         CheckpointStore(tmp_path / str(where is None)), seed=0, plan=plan,
-                         cluster=where)
+        side = Private(private, PrivacyLedger(4.0, 1e-5), NoiseSource(3), engine)
+        ctx = RunContext(side, embedder, RecordingGenerator(),
+                         CheckpointStore(tmp_path / type(engine).__name__), seed=0, plan=plan)
         try:
-            answers.append(recipe.condition_distribution(ctx, plan))
+            cells = recipe.condition_distribution(ctx, plan)
+            answers.append((side._voters().nearest(model.centroids), cells))
         finally:
-            ctx.close()
+            side.close()
     (topics, cells), (ray_topics, ray_cells) = answers
     assert len(np.unique(topics)) > 2 and np.shape(cells) == (len(LABELS), 6)
     np.testing.assert_array_equal(ray_topics, topics)
@@ -365,8 +368,8 @@ def test_ctcl_stopped_on_ray_resumes_on_ray_to_the_unbroken_run(
                         lambda *a, **k: RecordingGenerator())
     monkeypatch.setattr(PrivateDataset, "embed", _driver_embeds)
     sharded_voters = []
-    voters = Cluster.voters
-    monkeypatch.setattr(Cluster, "voters",
+    voters = RayEngine.voters
+    monkeypatch.setattr(RayEngine, "voters",
                         lambda self, private: sharded_voters.append(voters(self, private))
                         or sharded_voters[-1])
     save = CheckpointStore.save

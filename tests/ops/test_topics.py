@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.topics import TopicModel, build_topic_model, dp_topic_histogram
+from dpsynth.methods.parts.topics import TopicModel, build_topic_model
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Gaussian
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters, nearest_indices
+from dpsynth.private.releases.topics import dp_topic_histogram
 
 THEMES = {"sport": "match goal team league season coach striker".split(),
           "money": "bank rate market stock inflation loan investor".split(),
@@ -31,7 +32,7 @@ def test_topics_recover_the_themes_and_their_keywords():
     model = build_topic_model(texts, emb, n_topics=3, seed=0, n_keywords=5,
                               min_cluster_size=20)
     assert model.n_topics == 3
-    assigned = model.assign(emb)
+    assigned = nearest_indices(emb, model.centroids)
     for k in range(3):  # each theme lands in one topic, whose keywords are the theme's
         block = assigned[k * 60:(k + 1) * 60]
         assert len(set(block.tolist())) == 1
@@ -60,8 +61,8 @@ def test_dp_topic_histogram_counts_each_record_once():
     texts, emb = corpus()
     model = build_topic_model(texts, emb, n_topics=3, seed=0, min_cluster_size=20)
     ledger = PrivacyLedger(1e3, 1e-6, discretization=0.1)
-    assigned, noisy = dp_topic_histogram(Voters(emb[:90]), model, Gaussian(0.3), ledger,
-                                         NoiseSource(0))
+    assigned, noisy = dp_topic_histogram(Voters(emb[:90]), model.centroids, Gaussian(0.3),
+                                         ledger, NoiseSource(0), "topic_histogram")
     assert noisy.shape == (1, 3) and noisy.sum() == pytest.approx(90, abs=4)
     np.testing.assert_allclose(noisy[0], np.bincount(assigned, minlength=3), atol=2)
     assert ledger.breakdown()["topic_histogram"]["releases"] == 1
@@ -75,9 +76,9 @@ def test_the_label_topic_histogram_moves_one_cell_by_one_between_neighbours():
     codes = np.arange(90) % 2
 
     def release(embeddings, labels):  # the same seeded noise, so differences are exact
-        return dp_topic_histogram(Voters(embeddings), model, Gaussian(0.3),
+        return dp_topic_histogram(Voters(embeddings), model.centroids, Gaussian(0.3),
                                   PrivacyLedger(1e3, 1e-6, discretization=0.1), NoiseSource(0),
-                                  label_codes=labels, n_labels=2)[1]
+                                  "topic_histogram", label_codes=labels, n_labels=2)[1]
 
     full = release(emb[:90], codes)
     assert full.shape == (2, 3) and full.sum() == pytest.approx(90, abs=4)

@@ -83,7 +83,7 @@ def test_under_a_bound_dp_training_averages_over_the_public_batch_size(tmp_path,
                                                                         monkeypatch):
     """The divisor of every DP-Adam update is q·B, the same for N and N + 1 units."""
     pytest.importorskip("opacus")
-    from dpsynth.ops import dp_training
+    from dpsynth.private.training import dp_training
     from dpsynth.synthesis import run
     from tests.methods.fakes import RecordingGenerator
     from tests.methods.test_unseeded import tiny_stand_ins

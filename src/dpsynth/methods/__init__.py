@@ -1,1 +1,2 @@
-"""One module per recipe, each composed from ops behind a common interface."""
+"""One module per recipe behind a common interface, each composed from `ctx.private`'s
+releases and the public parts in `methods/parts/`."""

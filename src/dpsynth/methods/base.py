@@ -1,13 +1,12 @@
 """The common shape of a recipe: parameters, the privacy stages it plans, and `run`.
 
-A recipe reads private data only through the ops (which charge the ledger), talks to models
-only through the backends, and keeps everything it checkpoints public.
+A recipe reaches private data only through `ctx.private` (whose releases charge the ledger),
+talks to models only through the backends, and keeps everything it checkpoints public.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,17 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from dpsynth.backends.base import Embedder, Generator
 from dpsynth.checkpoint import CheckpointStore
-from dpsynth.data import PrivateDataset
+from dpsynth.data.facts import DataFacts
 from dpsynth.errors import ConfigError
-from dpsynth.ops.nearest import Voters, private_voters
-from dpsynth.ops.pate import Teachers, train_teachers
-from dpsynth.ops.sharded import Cluster, ShardedTeachers
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.noise import NoiseSource
 from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_budget
+from dpsynth.private import Private
 from dpsynth.progress import track
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,9 +36,8 @@ class SyntheticSet:
 class RunContext:
     """Everything a recipe's `run` may use."""
 
-    private: PrivateDataset
-    ledger: PrivacyLedger
-    noise: NoiseSource
+    private: Private
+    """The private side: one method per kind of release, each charged on the ledger."""
     embedder: Embedder
     generator: Generator
     checkpoints: CheckpointStore
@@ -60,8 +52,6 @@ class RunContext:
     resumed: tuple[int, dict[str, Any]] | None = None
     """The recipe's state at the checkpoint this run resumed from (ledger, noise and generator
     cache numbering already restored), or None for a fresh run."""
-    allow_remote_embedding: bool = False
-    """`backends.embedder.allow_remote_on_private`: the user's explicit opt-in."""
     label_names: dict[str, str] = field(default_factory=dict)
     """`data.label_names`: the public name a model is asked for each coded label by.
     `generator` already asks by these names; a recipe that conditions a model of its own
@@ -69,16 +59,8 @@ class RunContext:
 
     state_version: int = 1
     """The recipe's `state_version`, written into every checkpoint."""
-    cluster: Cluster | None = None
-    """The Ray cluster's workers that embed and hold the private records (`backends.executor:
-    ray`; `dpsynth.ops.sharded`), for voters and PATE teachers; None: embedded here, by
-    `embed_private`."""
-
-    search: str = "exact"
-    """`backends.executor.search`: how the voters find each record's nearest candidate."""
 
     _public_embeddings: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _voters: Voters | None = field(default=None, repr=False)
 
     def label_name(self, label: str | None) -> str | None:
         """The name a model is asked for `label` by (the label itself when none is declared)."""
@@ -100,45 +82,11 @@ class RunContext:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
         return np.stack([self._public_embeddings[t] for t in texts])
 
-    def embed_private(self, private: PrivateDataset | None = None) -> np.ndarray:
-        """Embed private texts (never cached; a remote embedder only with the opt-in), out of
-        core on an unlinked temporary file when large (`dpsynth.data.scratch`)."""
-        log.info("embedding the private records (once per run)")
-        return (private or self.private).embed(self.embedder,
-                                                allow_remote=self.allow_remote_embedding)
-
-    def voters(self) -> Voters:
-        """The private records as nearest-neighbour voters, embedded once per run."""
-        if self._voters is None:
-            self._voters = (self.cluster.voters(self.private) if self.cluster is not None
-                            else private_voters(self.private, self.embed_private(),
-                                                self.search))
-        return self._voters
-
-    def teachers(self, negatives: np.ndarray, n_teachers: int, key: bytes,
-                 labelled: bool) -> Teachers | ShardedTeachers:
-        """PATE teachers of the private units against the public `negatives`
-        (`dpsynth.ops.pate`), fit where the private embeddings are: here, or on the cluster's
-        workers. The caller closes them once it has asked its queries."""
-        if self.cluster is not None:
-            return self.cluster.teachers(self.private, negatives, n_teachers, key, self.seed,
-                                         labelled)
-        return Teachers(train_teachers(self.private, self.embed_private, negatives, n_teachers,
-                                       key, self.seed, labelled))
-
-    def close(self) -> None:
-        """Free the voters (sharded ones stop their actors): at the end of the run, or
-        earlier, by a recipe done with them."""
-        if self._voters is not None:
-            self._voters.close()
-            self._voters = None
-
     def save(self, step: int, state: dict[str, Any]) -> None:
         """Checkpoint the recipe's public state with the ledger, the noise stream and the
         generator's cache numbering."""
         envelope = {"recipe": state, "state_version": self.state_version,
-                    "ledger": self.ledger.to_dict(), "noise": self.noise.state_dict(),
-                    "public_seed": self.seed}
+                    **self.private.state_dict(), "public_seed": self.seed}
         if hasattr(self.generator, "state_dict"):
             envelope["generator"] = self.generator.state_dict()
         self.checkpoints.save(step, envelope)
@@ -174,7 +122,7 @@ class Recipe(ABC):
                 for e in exc.errors())
             raise ConfigError(details) from None
 
-    def validate(self, private: PrivateDataset) -> None:
+    def validate(self, private: DataFacts) -> None:
         """Refuse, from public facts (k, the label set, N) and before any release, a config
         this recipe cannot run: a run must never stop half way for a precondition."""
         if self.one_record_per_unit and private.records_per_unit != 1:
@@ -184,30 +132,30 @@ class Recipe(ABC):
                 f"{private.records_per_unit}; set data.max_records_per_user: 1")
 
     @abstractmethod
-    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+    def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
         """The releases this recipe will make, for planning its noise before it runs."""
 
     @abstractmethod
-    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+    def expected_generations(self, private: DataFacts) -> dict[str, int]:
         """Generator outputs the run will ask for, per operation (for `dpsynth plan`)."""
 
     def fixed_noise(self) -> dict[str, float]:
         """Stages whose noise scale the recipe pins (a paper's default σ); none by default."""
         return {}
 
-    def plan_notes(self, private: PrivateDataset, plan: BudgetPlan) -> list[str]:
+    def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
         """Where this plan's noise would drown the signal it must carry, from public facts
         alone (N, the config, the plan): `dpsynth plan` prints them, a run logs them."""
         return []
 
-    def budget_plan(self, private: PrivateDataset, epsilon: float, delta: float) -> BudgetPlan:
+    def budget_plan(self, private: DataFacts, epsilon: float, delta: float) -> BudgetPlan:
         """Noise scales for every stage so that all of them compose to (ε, δ)."""
         stages = apply_split(self.stages(private, delta), self.split)
         return _plan(epsilon, delta, tuple(stages), tuple(sorted(self.fixed_noise().items())))
 
     @abstractmethod
     def run(self, ctx: RunContext) -> SyntheticSet:
-        """Synthesise, charging every private release on `ctx.ledger`."""
+        """Synthesise, asking `ctx.private` for every private release."""
 
 
 @functools.lru_cache(maxsize=32)
@@ -258,18 +206,18 @@ class IterativeRecipe(Recipe):
             if self.finished(state):
                 break
             state, row = self.step(ctx, state, t, last=t + 1 == self.iterations())
-            ctx.report({"iteration": t + 1, **row, "epsilon_spent": ctx.ledger.spent()})
+            ctx.report({"iteration": t + 1, **row, "epsilon_spent": ctx.private.spent()})
             ctx.save(t + 1, state)
         return self.output(ctx, state)
 
 
-def label_groups(private: PrivateDataset) -> list[str | None]:
+def label_groups(private: DataFacts) -> list[str | None]:
     """The groups a recipe evolves: one per public label, or a single unlabelled one."""
     return list(private.label_names) if private.label_names else [None]
 
 
 def group_codes(groups: list[str | None], labels: list) -> np.ndarray | None:
-    """Each synthetic text's group index, for ops that vote within a label (None without
+    """Each synthetic text's group index, for releases that vote within a label (None without
     labels: everyone votes over everything)."""
     return None if groups == [None] else np.array([groups.index(y) for y in labels],
                                                   dtype=np.int64)

@@ -29,13 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends import Condition, build_trainable_lm
 from dpsynth.backends.label_names import with_label_names
-from dpsynth.data import PrivateDataset
+from dpsynth.data.facts import DataFacts
 from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.ops.metadata import to_distribution
-from dpsynth.ops.topics import TopicModel, dp_condition_histogram
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.topics import TopicModel
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.privacy.stages import TOPIC_HISTOGRAM, TRAINING
+from dpsynth.private import Conditioning
 
 log = logging.getLogger(__name__)
 
@@ -95,43 +96,42 @@ class Ctcl(Recipe):
 
     def fixed_noise(self) -> dict[str, float]:
         sigma = self.params.topic_noise_multiplier
-        return {"topic_histogram": sigma} if sigma else {}
+        return {TOPIC_HISTOGRAM: sigma} if sigma else {}
 
-    def validate(self, private: PrivateDataset) -> None:
+    def validate(self, private: DataFacts) -> None:
         super().validate(private)
         self.device  # noqa: B018 - refuses a device torch cannot use, before any release
 
     @property
     def device(self) -> str:
         """Where DP-Adam will run on this machine (`dpsynth plan` says it)."""
-        from dpsynth.ops.dp_training import training_device
+        from dpsynth.private.training.dp_training import training_device
 
         return training_device(self.params.device, self.params.grad_sample_mode)
 
-    def condition_stages(self, private: PrivateDataset) -> list[StageSpec]:
+    def condition_stages(self, private: DataFacts) -> list[StageSpec]:
         """One Gaussian histogram over (label, topic) cells, or topics without labels."""
-        return [StageSpec("topic_histogram", "gaussian", 0.1,
+        return [StageSpec(TOPIC_HISTOGRAM, "gaussian", 0.1,
                           sensitivity=private.records_per_unit)]
 
-    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+    def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
         p = self.params
         stages = self.condition_stages(private)
         rate = min(1.0, p.batch_size / max(1, private.n_units))
         rest = 1.0 - sum(s.fraction for s in stages)
-        stages.append(StageSpec("training", "dp_sgd", rest, compositions=p.steps,
+        stages.append(StageSpec(TRAINING, "dp_sgd", rest, compositions=p.steps,
                                 sampling_rate=rate))
         return stages
 
-    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+    def expected_generations(self, private: DataFacts) -> dict[str, int]:
         return {"generate": self.params.n_output}
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         plan = ctx.plan
         trained = ctx.checkpoints.folder / "model"
         if ctx.resumed is None:
-            assigned, cells = self.condition_distribution(ctx, plan)
-            state = {"cell_probs": cells, "topic_keywords": self._keyword_table(ctx),
-                     "trained_steps": 0}
+            state = {"cell_probs": self.condition_distribution(ctx, plan),
+                     "topic_keywords": self._keyword_table(ctx), "trained_steps": 0}
             ctx.save(0, state)
         else:
             state = ctx.resumed[1]
@@ -139,10 +139,7 @@ class Ctcl(Recipe):
                 raise InputError(f"{ctx.checkpoints.folder}: started by an older dpsynth whose "
                                  "CTCL conditions differ; write to a new output folder")
         if state["trained_steps"] < self.params.steps:
-            if ctx.resumed is not None:
-                assigned = self._assigned_topics(ctx)
-            ctx.close()  # the private embeddings (or the shards that hold them) are done
-            self._train(ctx, plan, state, assigned)
+            self._train(ctx, plan, state)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
         p = self.params
@@ -153,7 +150,7 @@ class Ctcl(Recipe):
         texts, labels = keep_produced(generator.generate(conditions),
                                       [c.label for c in conditions])
         ctx.report({"training_steps": self.params.steps, "synthetic": len(texts),
-                    "epsilon_spent": ctx.ledger.spent()})
+                    "epsilon_spent": ctx.private.spent()})
         return SyntheticSet(texts, labels if ctx.private.has_labels else None)
 
     # -- private stages ----------------------------------------------------------------------
@@ -164,49 +161,36 @@ class Ctcl(Recipe):
         folder = self.params.topic_model or Path(__file__).resolve().parents[1] / "assets/topics"
         return TopicModel.load(folder)
 
-    def condition_distribution(self, ctx: RunContext, plan: BudgetPlan
-                               ) -> tuple[np.ndarray | None, list[list[float]]]:
-        """Each record's nearest topic (private: it feeds training only) and the DP
-        distribution over conditions: one row per label (one row without labels), one column
-        per topic (one column without topics). The topics are found where the private
-        embeddings are: here, or on the Ray cluster's workers, which send back topics only."""
-        assigned, noisy = dp_condition_histogram(
-            ctx.private, ctx.voters(), self.topic_model,
-            plan.stage("topic_histogram").mechanism, ctx.ledger, ctx.noise)
-        return assigned, to_distribution(noisy.ravel()).reshape(noisy.shape).tolist()
+    def condition_distribution(self, ctx: RunContext, plan: BudgetPlan) -> list[list[float]]:
+        """The DP distribution over conditions: one row per label (one row without labels),
+        one column per topic (one column without topics). The records' topics are found
+        where the private embeddings are: here, or on the Ray cluster's workers."""
+        return ctx.private.condition_distribution(plan.stage(TOPIC_HISTOGRAM),
+                                                  self.topic_model.centroids).tolist()
 
-    def _assigned_topics(self, ctx: RunContext) -> np.ndarray | None:
-        """The records' topics again on resume: private, so recomputed, never checkpointed."""
-        return ctx.voters().nearest(self.topic_model.centroids) if self.uses_topics else None
-
-    def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict,
-               assigned: np.ndarray | None) -> None:
-        """DP-Adam on (condition → document) pairs, checkpointed every `checkpoint_every`
-        steps and at the end; the trained weights are a DP release."""
-        from dpsynth.ops.dp_training import DpTraining, dp_finetune, training_sequences
-
-        p, lm, table = self.params, self._lm, state["topic_keywords"]
-        sequences = training_sequences(ctx.private, lambda i, label, text: lm.document_ids(
-            ctx.label_name(label), table[assigned[i]] if assigned is not None else (), text))
-        stage = plan.stage("training")
-        config = DpTraining(steps=p.steps, sampling_rate=stage.spec.sampling_rate,
-                            noise_multiplier=stage.noise_scale, max_grad_norm=p.max_grad_norm,
-                            learning_rate=p.learning_rate, max_length=p.max_length,
-                            grad_sample_mode=p.grad_sample_mode, frozen=p.frozen,
-                            device=self.device, expected_batch_size=max(1, round(
-                                stage.spec.sampling_rate * ctx.private.n_units)))
-        dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, ctx.ledger, "training",
-                    stage.release_event, ctx.noise.random_key,
-                    self._checkpoints(ctx, state))
+    def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict) -> None:
+        """DP-Adam on (condition → document) pairs, each record conditioned on its label's
+        name and its nearest topic's keywords (found again on resume: private, never
+        checkpointed), checkpointed every `checkpoint_every` steps and at the end; the trained
+        weights are a DP release."""
+        p = self.params
+        conditioning = Conditioning(ctx.label_names,
+                                    self.topic_model.centroids if self.uses_topics else None,
+                                    state["topic_keywords"])
+        ctx.private.fine_tune(
+            plan.stage(TRAINING), self._lm, conditioning, self._checkpoints(ctx, state),
+            max_grad_norm=p.max_grad_norm, learning_rate=p.learning_rate,
+            max_length=p.max_length, grad_sample_mode=p.grad_sample_mode, frozen=p.frozen,
+            device=self.device)
 
     def _checkpoints(self, ctx: RunContext, state: dict):
-        from dpsynth.ops.training_state import TrainingCheckpoints
+        from dpsynth.private.training.state import TrainingCheckpoints
 
         def committed(step: int) -> None:
             ctx.save(step, {**state, "trained_steps": step})
             # outside a terminal there is no progress bar: a long training is not silence
             log.info("DP fine-tuning: %d of %d steps done, ε spent %.4g", step,
-                     self.params.steps, ctx.ledger.spent())
+                     self.params.steps, ctx.private.spent())
 
         return TrainingCheckpoints(
             ctx.checkpoints.folder / "training", self.params.checkpoint_every,

@@ -8,11 +8,11 @@ from typing import ClassVar
 import numpy as np
 from pydantic import BaseModel, Field
 
-from dpsynth.data import PrivateDataset
+from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.ctcl import Ctcl, LmTrainingParams
-from dpsynth.ops.metadata import dp_label_distribution
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.privacy.stages import LABEL_HISTOGRAM
 
 
 class DpftParams(LmTrainingParams):
@@ -29,17 +29,15 @@ class DpFinetune(Ctcl):
     def fixed_noise(self) -> dict[str, float]:
         return {}
 
-    def condition_stages(self, private: PrivateDataset) -> list[StageSpec]:
+    def condition_stages(self, private: DataFacts) -> list[StageSpec]:
         if not private.has_labels:
             return []
-        return [StageSpec("label_histogram", "gaussian", self.params.label_fraction,
+        return [StageSpec(LABEL_HISTOGRAM, "gaussian", self.params.label_fraction,
                           sensitivity=private.records_per_unit)]
 
-    def condition_distribution(self, ctx: RunContext, plan: BudgetPlan
-                               ) -> tuple[None, list[list[float]]]:
+    def condition_distribution(self, ctx: RunContext, plan: BudgetPlan) -> list[list[float]]:
         """The DP label distribution as one column (no topics)."""
         if not ctx.private.has_labels:
-            return None, [[1.0]]
-        probs = dp_label_distribution(ctx.private, plan.stage("label_histogram").mechanism,
-                                      ctx.ledger, ctx.noise)
-        return None, np.asarray(probs)[:, None].tolist()
+            return [[1.0]]
+        probs = ctx.private.label_distribution(plan.stage(LABEL_HISTOGRAM))
+        return np.asarray(probs)[:, None].tolist()

@@ -21,8 +21,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import PrivateDataset
 from dpsynth.data.config import as_label
+from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import (
     IterativeRecipe,
     RunContext,
@@ -30,19 +30,19 @@ from dpsynth.methods.base import (
     label_groups,
 )
 from dpsynth.methods.dpga_metadata import Metadata
-from dpsynth.methods.toolbox import allocate, keep_produced, mask_words, softmax
-from dpsynth.methods.votes import LabelsFrom, vote_on_samples
-from dpsynth.ops.keywords import class_keywords
-from dpsynth.ops.metadata import (
-    dp_keyword_votes,
-    dp_label_distribution,
-    dp_length_histogram,
-    dp_length_range,
-)
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.self_similarity import dp_self_similarity
-from dpsynth.ops.suppression import select_distinct
+from dpsynth.methods.parts.keywords import class_keywords
+from dpsynth.methods.parts.suppression import select_distinct
+from dpsynth.methods.parts.toolbox import allocate, keep_produced, mask_words, softmax
+from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.privacy.stages import (
+    KEYWORD_HISTOGRAM,
+    LABEL_HISTOGRAM,
+    LENGTH_HISTOGRAM,
+    LENGTH_RANGE,
+    SIMILARITY_THRESHOLD,
+    VOTING,
+)
 
 
 class DpgaParams(BaseModel):
@@ -108,27 +108,27 @@ class Dpga(IterativeRecipe):
     Params: ClassVar[type[BaseModel]] = DpgaParams
     params: DpgaParams
 
-    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+    def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
         """Default split: 0.05 SVT, 0.1 label and keyword histograms, 0.05 length histogram,
         the rest (0.7) voting, less 0.05 for τ, which the paper leaves unaccounted. App. D.3
         gives the metadata half the budget; the votes make better use of it (the departure
         and its measurement: docs/recipes/dpga.md)."""
         p, k = self.params, private.records_per_unit
-        stages = [StageSpec("length_range_svt", "svt", 0.05, sensitivity=k, compositions=2)]
+        stages = [StageSpec(LENGTH_RANGE, "svt", 0.05, sensitivity=k, compositions=2)]
         if private.has_labels:
-            stages.append(StageSpec("label_histogram", "laplace", 0.1, sensitivity=k))
-        stages.append(StageSpec("length_histogram", "laplace", 0.05, sensitivity=k))
+            stages.append(StageSpec(LABEL_HISTOGRAM, "laplace", 0.1, sensitivity=k))
+        stages.append(StageSpec(LENGTH_HISTOGRAM, "laplace", 0.05, sensitivity=k))
         if p.use_keywords and p.keywords_per_sample:
-            stages.append(StageSpec("keyword_histogram", "laplace", 0.1, sensitivity=k))
+            stages.append(StageSpec(KEYWORD_HISTOGRAM, "laplace", 0.1, sensitivity=k))
         if p.similarity_suppression:
-            stages.append(StageSpec("similarity_threshold", "noisy_mean", 0.05,
+            stages.append(StageSpec(SIMILARITY_THRESHOLD, "noisy_mean", 0.05,
                                     sensitivity=2.0))
-        stages.append(StageSpec("voting", "subsampled_gaussian",
+        stages.append(StageSpec(VOTING, "subsampled_gaussian",
                                 0.65 if p.similarity_suppression else 0.7,
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
 
-    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+    def expected_generations(self, private: DataFacts) -> dict[str, int]:
         p, rounds = self.params, self.params.iterations - 1
         probes = 0 if (p.keywords or not (p.use_keywords and p.keywords_per_sample)) else (
             p.keyword_probe_samples * max(1, len(private.label_names or ())))
@@ -141,7 +141,7 @@ class Dpga(IterativeRecipe):
 
     def initial(self, ctx: RunContext) -> dict:
         """DP metadata and τ (§3.2), then N_init samples from conditions drawn from it."""
-        meta, tau = self._metadata(ctx, ctx.plan, ctx.voters())
+        meta, tau = self._metadata(ctx, ctx.plan)
         texts, labels = self._generate(ctx, meta, self.params.n_init,
                                        np.random.default_rng([ctx.seed, 0, 0]))
         return {"metadata": meta.to_json(), "tau": tau, "texts": texts, "labels": labels}
@@ -169,32 +169,28 @@ class Dpga(IterativeRecipe):
 
     # -- metadata (§3.2) -------------------------------------------------------------------
 
-    def _metadata(self, ctx: RunContext, plan: BudgetPlan,
-                  voters: Voters) -> tuple[Metadata, float | None]:
+    def _metadata(self, ctx: RunContext, plan: BudgetPlan) -> tuple[Metadata, float | None]:
         p, private = self.params, ctx.private
         labels = private.label_names
-        low, high = dp_length_range(private, plan.stage("length_range_svt").mechanism,
-                                    p.max_words, ctx.ledger, ctx.noise)
-        label_probs = (dp_label_distribution(private, plan.stage("label_histogram").mechanism,
-                                             ctx.ledger, ctx.noise) if labels else None)
-        edges, length_probs = dp_length_histogram(
-            private, low, high, p.length_bins, plan.stage("length_histogram").mechanism,
-            ctx.ledger, ctx.noise)
+        low, high = private.length_range(plan.stage(LENGTH_RANGE), p.max_words)
+        label_probs = (private.label_distribution(plan.stage(LABEL_HISTOGRAM))
+                       if labels else None)
+        edges, length_probs = private.length_histogram(plan.stage(LENGTH_HISTOGRAM), low, high,
+                                                       p.length_bins)
         if not p.use_length:
             edges, length_probs = None, None
         keywords: dict[str, list[str]] = {}
         weights: dict[str, np.ndarray] = {}
         if p.use_keywords and p.keywords_per_sample:
             keywords = p.keywords or self._public_keywords(ctx)
-            keywords, weights = self._weigh_keywords(ctx, plan, keywords, voters)
+            keywords, weights = self._weigh_keywords(ctx, plan, keywords)
         tau = None
         if p.similarity_suppression:
-            tau = dp_self_similarity(private, voters.embeddings,
-                                     plan.stage("similarity_threshold").mechanism,
-                                     p.similarity_buckets, ctx.ledger, ctx.noise)
+            tau = private.similarity_threshold(plan.stage(SIMILARITY_THRESHOLD),
+                                               p.similarity_buckets)
         meta = Metadata(labels, label_probs, edges, length_probs, keywords, weights)
         ctx.report({"iteration": 0, "length_range": [low, high], "tau": tau,
-                    "epsilon_spent": ctx.ledger.spent()})
+                    "epsilon_spent": ctx.private.spent()})
         return meta, tau
 
     def _public_keywords(self, ctx: RunContext) -> dict[str, list[str]]:
@@ -209,7 +205,7 @@ class Dpga(IterativeRecipe):
         return class_keywords(probes, self.params.keywords_per_label)
 
     def _weigh_keywords(self, ctx: RunContext, plan: BudgetPlan,
-                        keywords: dict[str, list[str]], voters: Voters
+                        keywords: dict[str, list[str]]
                         ) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
         labels = ctx.private.label_names
         flat = [(key, word) for key, words in keywords.items() for word in words]
@@ -218,13 +214,13 @@ class Dpga(IterativeRecipe):
         keys = [key for key, _ in flat]
         keyword_codes = (np.array([labels.index(k) if k in labels else -1 for k in keys])
                          if labels else None)
-        mechanism = plan.stage("keyword_histogram").mechanism
-        votes = dp_keyword_votes(voters, ctx.embed_public([w for _, w in flat]), keyword_codes,
-                                 mechanism, ctx.ledger, ctx.noise)
+        stage = plan.stage(KEYWORD_HISTOGRAM)
+        votes = ctx.private.keyword_votes(stage, ctx.embed_public([w for _, w in flat]),
+                                          keyword_codes)
         weights = {}
         for key in keywords:
             rows = [i for i, k in enumerate(keys) if k == key]
-            weights[key] = softmax(votes[rows], temperature=mechanism.noise_scale)
+            weights[key] = softmax(votes[rows], temperature=stage.mechanism.noise_scale)
         return keywords, weights
 
     # -- population ------------------------------------------------------------------------

@@ -32,14 +32,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.backends import Condition, build_inversion_decoder
-from dpsynth.data import PrivateDataset
+from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.ops.eda import GaussianModel, estimate
-from dpsynth.ops.limited_domain import dp_select_parents
-from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.methods.parts.gaussian import GaussianModel, estimate
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.privacy.stages import LABEL_HISTOGRAM, SELECTION
 
 log = logging.getLogger(__name__)
 
@@ -92,33 +91,33 @@ class Eda(IterativeRecipe):
     Params: ClassVar[type[BaseModel]] = EdaParams
     params: EdaParams
 
-    def _allocated(self, private: PrivateDataset) -> bool:
+    def _allocated(self, private: DataFacts) -> bool:
         return bool(self.params.label_fraction) and private.has_labels
 
-    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+    def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
         """The label histogram, then one LimitedDomain selection per iteration; each
         selection spends δ₀ outside the PLD. Vote counts only grow when a record is added:
         the monotone LimitedDomain applies."""
         p = self.params
         stages = []
         if self._allocated(private):
-            stages.append(StageSpec("label_histogram", "laplace", p.label_fraction,
+            stages.append(StageSpec(LABEL_HISTOGRAM, "laplace", p.label_fraction,
                                     sensitivity=private.records_per_unit))
         share = 1.0 - (p.label_fraction if self._allocated(private) else 0.0)
-        return [*stages, StageSpec("selection", "limited_domain", share,
+        return [*stages, StageSpec(SELECTION, "limited_domain", share,
                                    compositions=p.iterations, selections=p.n_parents,
                                    domain_size=p.domain_size,
                                    delta=p.delta_share * delta / p.iterations, monotonic=True)]
 
-    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+    def expected_generations(self, private: DataFacts) -> dict[str, int]:
         return {"generate": self.params.n_public}
 
-    def plan_notes(self, private: PrivateDataset, plan: BudgetPlan) -> list[str]:
+    def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
         """Selection drowned: each record votes once per iteration, so a candidate holds
         N / n_offspring votes on average; Gumbel noise of 4 times that picks parents close
         to at random (trec ε = 1: 24.7 against 4.5, 0.300 ± 0.006 at a majority class of
         0.276; ag_news ε = 1: 25.3 against 6.7, 0.721 ± 0.051)."""
-        scale = plan.stage("selection").mechanism.noise_scale
+        scale = plan.stage(SELECTION).mechanism.noise_scale
         votes = private.n_units / self.params.n_offspring
         if scale < 4 * votes:
             return []
@@ -141,7 +140,7 @@ class Eda(IterativeRecipe):
         groups = len(label_groups(ctx.private))
         largest = max(int(_even(n, groups).max())
                       for n in (self.params.n_offspring, self.params.n_public))
-        _warn_of_the_bar(ctx.plan.stage("selection").mechanism, largest, groups)
+        _warn_of_the_bar(ctx.plan.stage(SELECTION).mechanism, largest, groups)
         return super().run(ctx)
 
     def iterations(self) -> int:
@@ -162,9 +161,8 @@ class Eda(IterativeRecipe):
         live = [g for g in range(len(groups)) if not state["stopped"][g]]
         pops = {g: self._population(ctx, state, g, t, int(sizes[g])) for g in live}
         codes = np.concatenate([np.full(len(pops[g]), g) for g in live])
-        picked = dp_select_parents(ctx.voters(), np.concatenate([pops[g] for g in live]),
-                                   codes, ctx.plan.stage("selection").mechanism, ctx.ledger,
-                                   ctx.noise, ctx.private.records_per_unit)
+        picked = ctx.private.select_parents(ctx.plan.stage(SELECTION),
+                                            np.concatenate([pops[g] for g in live]), codes)
         selected: dict[str, int] = {}
         kept_by_label: dict[str, int] = {}
         for g in live:
@@ -175,7 +173,7 @@ class Eda(IterativeRecipe):
         row = {"iteration": t + 1, "selected": sum(selected.values()),
                "kept": sum(kept_by_label.values()),
                "labels_running": sum(not s for s in state["stopped"]),
-               "perplexity_threshold": state["threshold"], "epsilon_spent": ctx.ledger.spent(),
+               "perplexity_threshold": state["threshold"], "epsilon_spent": ctx.private.spent(),
                "selected_by_label": selected, "kept_by_label": kept_by_label}
         state["history"].append(row)
         return state, row
@@ -187,8 +185,7 @@ class Eda(IterativeRecipe):
         """The output's label shares (a DP label histogram, or even); N_pb public texts
         written from the label names alone; H from their decodings."""
         p = self.params
-        shares = (dp_label_distribution(ctx.private, ctx.plan.stage("label_histogram")
-                                        .mechanism, ctx.ledger, ctx.noise)
+        shares = (ctx.private.label_distribution(ctx.plan.stage(LABEL_HISTOGRAM))
                   if self._allocated(ctx.private) else np.full(len(groups), 1.0 / len(groups)))
         sizes = _even(p.n_public, len(groups))
         conditions = [Condition(label=g, length=p.text_words)

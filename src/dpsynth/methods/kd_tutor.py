@@ -25,13 +25,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import PrivateDataset
+from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.ops.metadata import dp_label_distribution
-from dpsynth.ops.pate import Teachers, label_within_budget, train_classifier
-from dpsynth.ops.sharded import ShardedTeachers
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.privacy.stages import STUDENT_QUERIES, TUTOR
+from dpsynth.private import train_classifier
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +69,27 @@ class KdTutor(Recipe):
     Params: ClassVar[type[BaseModel]] = KdTutorParams
     params: KdTutorParams
 
-    def _tutored(self, private: PrivateDataset) -> bool:
+    def _tutored(self, private: DataFacts) -> bool:
         return self.params.label_mode == "tutor" and private.has_labels
 
-    def _labelled(self, private: PrivateDataset) -> bool:
+    def _labelled(self, private: DataFacts) -> bool:
         return self.params.discriminator == "labelled" and private.has_labels
 
-    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+    def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
         p = self.params
         stages = []
         if self._tutored(private):
-            stages.append(StageSpec("tutor", "gaussian", p.tutor_fraction,
+            stages.append(StageSpec(TUTOR, "gaussian", p.tutor_fraction,
                                     sensitivity=private.records_per_unit))
         rest = 1.0 - (p.tutor_fraction if self._tutored(private) else 0.0)
-        stages.append(StageSpec("student_queries", p.noise, rest, max_changed=2,
+        stages.append(StageSpec(STUDENT_QUERIES, p.noise, rest, max_changed=2,
                                 compositions=p.n_queries))
         return stages
 
-    def plan_notes(self, private: PrivateDataset, plan: BudgetPlan) -> list[str]:
+    def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
         """Votes drowned: noise of half the teachers' votes turns most labels to chance (at
         ag_news ε = 1, σ 53 against 60 teachers: 0.563 ± 0.117, below the pool's 0.644)."""
-        sigma, teachers = plan.stage("student_queries").noise_scale, min(
+        sigma, teachers = plan.stage(STUDENT_QUERIES).noise_scale, min(
             self.params.teachers, private.n_units)
         if sigma < teachers / 2:
             return []
@@ -99,7 +98,7 @@ class KdTutor(Recipe):
                 "chance and the selection may score below the candidates' own level; give it "
                 "more ε, or fewer n_queries"]
 
-    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+    def expected_generations(self, private: DataFacts) -> dict[str, int]:
         p = self.params
         return {"generate": p.n_negatives + int(np.ceil(p.pool_factor * p.n_output))}
 
@@ -122,15 +121,11 @@ class KdTutor(Recipe):
         embeddings = ctx.embed_public(texts)
         ranked = np.arange(p.n_negatives, len(texts))
 
-        teachers = self._teachers(ctx, embeddings[: p.n_negatives])
-        try:
-            queried, votes = self._query(ctx, plan, teachers, embeddings, ranked)
-        finally:
-            teachers.close()  # sharded teachers' actors stop, with what they learnt
+        queried, votes = self._query(ctx, plan, embeddings, ranked)
         proba = self._student(ctx, embeddings[queried], votes, embeddings[ranked])
         ctx.report({"student_queries": len(queried),
                     "noisy_private_votes": int(np.count_nonzero(votes)),
-                    "teachers": len(teachers), "epsilon_spent": ctx.ledger.spent()})
+                    "teachers": p.teachers, "epsilon_spent": ctx.private.spent()})
         generated = np.array([groups.index(pool_labels[i]) for i in ranked], dtype=np.int64)
         picked = self._select(self._scores(ctx.private, proba, generated), probs)
         out_texts = [texts[ranked[i]] for i, _ in picked]
@@ -152,29 +147,25 @@ class KdTutor(Recipe):
                            groups: list) -> np.ndarray:
         if not self._tutored(ctx.private):
             return np.full(len(groups), 1.0 / len(groups))
-        return dp_label_distribution(ctx.private, plan.stage("tutor").mechanism, ctx.ledger,
-                                     ctx.noise, stage="tutor")
+        return ctx.private.label_distribution(plan.stage(TUTOR))
 
-    def _teachers(self, ctx: RunContext, negatives: np.ndarray) -> Teachers | ShardedTeachers:
-        """M discriminators, each on its partition of the private units (kd-tutor §3.4), fit
-        where the private embeddings are (here, or on the Ray cluster's workers)."""
-        return ctx.teachers(negatives, self.params.teachers, ctx.noise.random_key(),
-                            self._labelled(ctx.private))
-
-    def _classes(self, private: PrivateDataset) -> int:
+    def _classes(self, private: DataFacts) -> int:
         """Vote classes: public and private, or public and each private label."""
         return 1 + len(private.label_names) if self._labelled(private) else 2
 
-    def _query(self, ctx: RunContext, plan: BudgetPlan, teachers: Teachers | ShardedTeachers,
-               embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Label candidates by noisy teacher votes, batch by batch, until the planned number
-        of queries is reached or the next batch would exceed the budget."""
+    def _query(self, ctx: RunContext, plan: BudgetPlan, embeddings: np.ndarray,
+               ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """M discriminators, each on its partition of the private units (kd-tutor §3.4),
+        against the public negatives; candidates labelled by their noisy votes, batch by
+        batch, until the planned number of queries is reached or the next batch would exceed
+        the budget."""
         p = self.params
         order = ranked[np.random.default_rng([ctx.seed, 1]).permutation(len(ranked))]
         order = order[: p.n_queries]
-        labels = label_within_budget(teachers, embeddings[order],
-                                     plan.stage("student_queries").mechanism, p.query_batch,
-                                     ctx.ledger, ctx.noise, self._classes(ctx.private))
+        labels = ctx.private.teacher_labels(
+            plan.stage(STUDENT_QUERIES), embeddings[: p.n_negatives], embeddings[order],
+            n_teachers=p.teachers, batch=p.query_batch, labelled=self._labelled(ctx.private),
+            seed=ctx.seed)
         return order[: len(labels)], labels
 
     def _student(self, ctx: RunContext, queried: np.ndarray, votes: np.ndarray,
@@ -190,7 +181,7 @@ class KdTutor(Recipe):
         proba[:, student.classes_] = student.predict_proba(candidates)
         return proba
 
-    def _scores(self, private: PrivateDataset, proba: np.ndarray,
+    def _scores(self, private: DataFacts, proba: np.ndarray,
                 generated: np.ndarray) -> np.ndarray:
         """How well each candidate (row) fits each output label (column), -inf where it may
         not take that label. Binary: P(private), under the label it was generated for only.

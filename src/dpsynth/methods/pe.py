@@ -28,17 +28,17 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpsynth.backends.base import Condition
-from dpsynth.data import PrivateDataset
+from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import (
     IterativeRecipe,
     RunContext,
     SyntheticSet,
     label_groups,
 )
-from dpsynth.methods.toolbox import allocate, keep_produced
-from dpsynth.methods.votes import LabelsFrom, vote_on_samples
-from dpsynth.ops.metadata import dp_label_distribution
+from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
 from dpsynth.privacy.planning import StageSpec
+from dpsynth.privacy.stages import LABEL_HISTOGRAM, VOTING
 
 FINAL_CANDIDATES = 2
 """The last vote chooses the N outputs among this many times N candidates."""
@@ -70,18 +70,18 @@ class PrivateEvolution(IterativeRecipe):
     Params: ClassVar[type[BaseModel]] = PeParams
     params: PeParams
 
-    def stages(self, private: PrivateDataset, delta: float) -> list[StageSpec]:
+    def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
         p = self.params
         stages = []
         if p.label_fraction and private.has_labels:
-            stages.append(StageSpec("label_histogram", "laplace", p.label_fraction,
+            stages.append(StageSpec(LABEL_HISTOGRAM, "laplace", p.label_fraction,
                                     sensitivity=private.records_per_unit))
         voting = 1.0 - (p.label_fraction if private.has_labels else 0.0)
-        stages.append(StageSpec("voting", "subsampled_gaussian", voting,
+        stages.append(StageSpec(VOTING, "subsampled_gaussian", voting,
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
 
-    def expected_generations(self, private: PrivateDataset) -> dict[str, int]:
+    def expected_generations(self, private: DataFacts) -> dict[str, int]:
         p = self.params
         return {"generate": self._initial_size(),
                 "rewrite": (p.iterations - 1) * p.n_samples}
@@ -100,8 +100,7 @@ class PrivateEvolution(IterativeRecipe):
         p, groups = self.params, label_groups(ctx.private)
         probs = np.full(len(groups), 1.0 / len(groups))
         if p.label_fraction and ctx.private.has_labels:
-            probs = dp_label_distribution(ctx.private, ctx.plan.stage("label_histogram")
-                                          .mechanism, ctx.ledger, ctx.noise)
+            probs = ctx.private.label_distribution(ctx.plan.stage(LABEL_HISTOGRAM))
         conditions = [Condition(label=g) for g, n in
                       zip(groups, allocate(self._initial_size(), probs), strict=True)
                       for _ in range(int(n))]

@@ -232,7 +232,7 @@ class Votes:
 
 @runtime_checkable
 class VoteTable(Protocol):
-    """Votes held elsewhere, by a cluster's workers (`dpsynth.ops.sharded`): how many there
+    """Votes held elsewhere, by a cluster's workers (`dpsynth.private.engine.ray`): how many there
     are, and the counts of the votes a sample keeps (`keep`: one bool per vote, in the order
     a local array of the same votes would have). The same sample gives the same histogram."""
 

@@ -120,6 +120,11 @@ class StagePlan:
     epsilon_alone: float
 
     @property
+    def name(self) -> str:
+        """The stage's name (`dpsynth.privacy.stages`), under which its releases are charged."""
+        return self.spec.name
+
+    @property
     def mechanism(self) -> m.Mechanism:
         """One release's mechanism; recipes copy its parameters (σ, b, ε per release)."""
         return self.spec.mechanism_for(self.noise_scale)

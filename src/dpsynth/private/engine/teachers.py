@@ -1,27 +1,24 @@
-"""PATE building blocks (kd-tutor §3.4): teachers on disjoint partitions of the private units,
-and the noisy aggregate of their votes. Class 0 is "public"; a binary teacher's class 1 is
-"private", a labelled teacher's class 1 + c is "private, label c".
+"""PATE teachers (kd-tutor §3.4) on disjoint partitions of the private units; their noisy
+aggregate is `dpsynth.private.releases.pate`. Class 0 is "public"; a binary teacher's class 1
+is "private", a labelled teacher's class 1 + c is "private, label c".
 
 Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
 list: adding or removing a unit then changes one teacher only, which is what bounds the
-aggregate's sensitivity. On a Ray cluster (`dpsynth.ops.sharded.Cluster.teachers`) each
-worker holds whole partitions and fits their teachers by the same `fit_teachers`; only the
-vote counts come back, to be summed and released here.
+aggregate's sensitivity. On a Ray cluster (`dpsynth.private.engine.ray.RayEngine.teachers`)
+each worker holds whole partitions and fits their teachers by the same `fit_teachers`; only
+the vote counts come back, to be summed and released.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
 from dpsynth.data import Access, PrivateDataset
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import Gaussian, Laplace
-from dpsynth.privacy.noise import NoiseSource
 
 
 def partition_units(unit_texts: Sequence[str], n_teachers: int, key: bytes) -> np.ndarray:
@@ -117,7 +114,7 @@ def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray,
 @dataclass(frozen=True, eq=False)
 class Teachers:
     """Teachers trained here (`train_teachers`), as `label_within_budget` asks them: votes
-    per query and class. On a Ray cluster `dpsynth.ops.sharded.ShardedTeachers` answers the
+    per query and class. On a Ray cluster `dpsynth.private.engine.ray.ShardedTeachers` answers the
     same from the workers that hold the embeddings."""
 
     models: list
@@ -134,40 +131,3 @@ class Teachers:
     def __reduce_ex__(self, protocol: object) -> object:
         raise TypeError("teachers of private records must not reach a checkpoint, cache or "
                         "worker")
-
-
-def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
-                 noise: NoiseSource, stage: str = "student_queries") -> np.ndarray:
-    """Release the argmax of each noisy vote vector (the class index). The mechanism covers
-    all rows at once: one teacher moves two counts per row, so `max_changed` = 2 × rows, the
-    same as composing one release per row, for any number of classes."""
-    if mechanism.max_changed < 2 * len(votes):
-        raise ValueError(f"mechanism covers {mechanism.max_changed} changed coordinates, "
-                         f"the votes move {2 * len(votes)}")
-    noisy = np.asarray(ledger.release(stage, mechanism, votes, noise))
-    return np.argmax(noisy, axis=1)
-
-
-def label_within_budget(teachers: Teachers, queries: np.ndarray,
-                        per_query: Gaussian | Laplace, batch: int, ledger: PrivacyLedger,
-                        noise: NoiseSource, n_classes: int = 2,
-                        stage: str = "student_queries") -> np.ndarray:
-    """Noisy teacher labels for `queries`, in order and batch by batch; a batch that would
-    exceed the budget is halved until it fits, and labelling stops when no query fits.
-    `per_query` is the planned release of one query; a batch of b releases b of them at once
-    (b times the changed coordinates: the same event as b separate releases). Returns the
-    labels of the prefix of `queries` that was labelled."""
-    labels: list[int] = []
-    while len(labels) < len(queries):
-        size = min(batch, len(queries) - len(labels))
-        while size and ledger.would_spend(_batch(per_query, size).event) > ledger.epsilon:
-            size //= 2
-        if size == 0:
-            break
-        votes = teachers.votes(queries[len(labels): len(labels) + size], n_classes)
-        labels += noisy_argmax(votes, _batch(per_query, size), ledger, noise, stage).tolist()
-    return np.asarray(labels, dtype=np.int64)
-
-
-def _batch(per_query: Gaussian | Laplace, size: int) -> Gaussian | Laplace:
-    return replace(per_query, max_changed=per_query.max_changed * size)

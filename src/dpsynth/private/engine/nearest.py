@@ -1,6 +1,7 @@
 """Nearest-neighbour vote counts: each private point votes for its most similar candidate.
 
-This computes the un-noised counts; the ops that release them add noise through the ledger.
+This computes the un-noised counts; the releases (`dpsynth.private.releases`) add noise
+through the ledger.
 With unit-normalised embeddings the inner product is the cosine similarity. The search is one
 of SEARCHES:
 
@@ -247,7 +248,7 @@ def labelled_cells(nearest: np.ndarray, labels: np.ndarray | None,
 class Voters:
     """Private records as nearest-neighbour voters: their embeddings and label codes.
 
-    Built by `private_voters` and read only by ops; a recipe holds one to hand it back. It
+    Built by `private_voters` and read only by the releases (`dpsynth.private.Private`). It
     refuses pickling, like the dataset it comes from. `search` (one of SEARCHES) is how every
     vote finds a voter's nearest candidate: the run's `backends.executor.search`."""
 
@@ -279,7 +280,7 @@ class Voters:
 
     def nearest(self, candidates: np.ndarray) -> np.ndarray:
         """Each voter's nearest candidate over all of them, in record order: private, for an
-        op that needs each record's own answer (ctcl's topic of each record)."""
+        release that needs each record's own answer (ctcl's topic of each record)."""
         return nearest_indices(self.embeddings, candidates, self.search)
 
     def counts(self, candidates: np.ndarray, candidate_groups: np.ndarray | None = None,

@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.errors import ConfigError
-from dpsynth.ops.training_state import TrainingCheckpoints
 from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.private.training.state import TrainingCheckpoints
 from dpsynth.progress import track
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class _BookKeeping:
 
     def __init__(self, model, optimizer, loader, config: DpTraining,
                  noise_generator: torch.Generator) -> None:
-        from dpsynth.ops.bk_clipping import BookKeepingClipper
+        from dpsynth.private.training.bk_clipping import BookKeepingClipper
 
         self.model, self.optimizer, self.config = model, optimizer, config
         self.generator = noise_generator

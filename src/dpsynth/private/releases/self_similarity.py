@@ -46,7 +46,7 @@ def bucket_pair_similarities(embeddings: np.ndarray, texts: list[str], n_buckets
 
 def dp_self_similarity(private: PrivateDataset, private_embeddings: np.ndarray,
                        mechanism: NoisyMean, n_buckets: int, ledger: PrivacyLedger,
-                       noise: NoiseSource, stage: str = "similarity_threshold") -> float:
+                       noise: NoiseSource, stage: str) -> float:
     """DP mean pairwise cosine similarity of the private set (one record per unit used)."""
     if n_buckets < 1:
         raise ValueError(f"n_buckets must be >= 1, got {n_buckets}")

@@ -1,4 +1,5 @@
-"""Private voters and PATE teachers sharded over Ray actors (`backends.executor: {name: ray}`).
+"""The Ray engine: private voters and PATE teachers sharded over Ray actors
+(`backends.executor: {name: ray}`).
 
 Each actor takes one block of the private records, embeds it once and keeps the embeddings in
 its memory for the run, so no iteration embeds again and the driver never holds them. A
@@ -10,11 +11,11 @@ actor the public candidates; the actor answers with its block's un-noised intege
 and the driver sums the blocks' histograms into the very histogram the local engine counts
 (on a cluster of like nodes), before the one noisy release. Subsampled votes draw their
 Poisson sample on the driver, over all votes in record order as locally, and send each actor
-the draws of its records' votes: same noise state, same answer. Where an op needs each
+the draws of its records' votes: same noise state, same answer. Where a release needs each
 record's nearest candidate itself (ctcl's topic of each record), the shards send their votes
 back, small integers, and the driver puts them in record order (`ShardedVoters.nearest`).
 
-PATE teachers (kd_tutor) are sharded by teacher instead (`Cluster.teachers`): a unit's
+PATE teachers (kd_tutor) are sharded by teacher instead (`RayEngine.teachers`): a unit's
 teacher is a keyed hash of its own texts, and a shard holds whole teachers' partitions, so a
 unit joining moves no other unit between shards, and each teacher is fit on one worker from
 the same rows as locally. A shard fits its teachers on the public negatives, then answers each
@@ -40,12 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from dpsynth.backends.config import EmbedderConfig, ExecutorConfig
+from dpsynth.backends.base import Embedder
+from dpsynth.backends.config import BackendsConfig, EmbedderConfig, ExecutorConfig
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.data.bounding import record_rank
 from dpsynth.errors import DpsynthError
-from dpsynth.ops.nearest import Voters
-from dpsynth.ops.pate import fit_teachers, teacher_partitions, teacher_votes
+from dpsynth.private.engine.nearest import Voters
+from dpsynth.private.engine.teachers import fit_teachers, teacher_partitions, teacher_votes
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +290,7 @@ class ShardedTeachers:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class RayEngine:
     """Where a run's private records are embedded and used with `backends.executor: ray`:
     public config only, handed to each actor to build its embedder."""
 
@@ -296,6 +298,13 @@ class Cluster:
     base_dir: Path | None
     executor: ExecutorConfig
     allow_remote: bool
+
+    @classmethod
+    def build(cls, embedder: Embedder, backends: BackendsConfig,
+              base_dir: Path | None) -> RayEngine:
+        """From the run's config: each actor builds its own embedder from it."""
+        return cls(backends.embedder, base_dir, backends.executor,
+                   backends.embedder.allow_remote_on_private)
 
     def voters(self, private: PrivateDataset) -> ShardedVoters:
         """One actor per block of the private records (blocks by digest, `shard_blocks`),

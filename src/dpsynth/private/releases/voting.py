@@ -11,21 +11,20 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth.errors import DpsynthError, InputError
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import SubsampledGaussianHistogram, Votes
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
 
 
 def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
                      candidate_labels: np.ndarray | None,
                      mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
-                     noise: NoiseSource, records_per_unit: int = 1,
-                     stage: str = "voting") -> np.ndarray:
+                     noise: NoiseSource, stage: str, records_per_unit: int = 1) -> np.ndarray:
     """Noisy vote count per candidate (floats; may be negative).
 
     The mechanism samples and counts one vote per unit, so units must hold one record.
-    The voters' search (`dpsynth.ops.nearest.SEARCHES`) finds each unit's candidate; an
+    The voters' search (`dpsynth.private.engine.nearest.SEARCHES`) finds each unit's candidate; an
     approximate one still gives each unit one vote for one candidate, so the charge is the
     same.
     """
@@ -36,8 +35,7 @@ def dp_nearest_votes(voters: Voters, candidate_embeddings: np.ndarray,
 
 def dp_labelled_votes(voters: Voters, candidate_embeddings: np.ndarray, n_labels: int,
                       mechanism: SubsampledGaussianHistogram, ledger: PrivacyLedger,
-                      noise: NoiseSource, records_per_unit: int = 1,
-                      stage: str = "voting") -> np.ndarray:
+                      noise: NoiseSource, stage: str, records_per_unit: int = 1) -> np.ndarray:
     """Noisy vote count per candidate and label, shape (candidates, n_labels).
 
     Each record votes for its nearest candidate whatever label it was generated for, in its

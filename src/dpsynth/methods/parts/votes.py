@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 
 from dpsynth.methods.base import RunContext, group_codes
-from dpsynth.ops.voting import dp_labelled_votes, dp_nearest_votes
+from dpsynth.privacy.stages import VOTING
 
 LabelsFrom = Literal["generation", "votes"]
 
@@ -28,17 +28,14 @@ def vote_on_samples(ctx: RunContext, texts: list[str], embeddings: np.ndarray, l
     RELABEL_MARGIN σ. Copies of a text take the label of its first copy, which holds all
     its votes (ties go to the lowest index). Everything after the release reads the noisy
     cells and public labels only."""
-    mechanism = ctx.plan.stage("voting").mechanism
+    stage = ctx.plan.stage(VOTING)
     if labels_from == "generation" or groups == [None]:
-        return dp_nearest_votes(ctx.voters(), embeddings, group_codes(groups, labels),
-                                mechanism, ctx.ledger, ctx.noise,
-                                ctx.private.records_per_unit), labels
-    cells = dp_labelled_votes(ctx.voters(), embeddings, len(groups), mechanism, ctx.ledger,
-                              ctx.noise, ctx.private.records_per_unit)
+        return ctx.private.nearest_votes(stage, embeddings, group_codes(groups, labels)), labels
+    cells = ctx.private.labelled_votes(stage, embeddings, len(groups))
     rows, generated = np.arange(len(cells)), group_codes(groups, labels)
     best = np.argmax(cells, axis=1)
     lead = cells[rows, best] - cells[rows, generated]
-    relabel = (cells[rows, best] >= threshold) & (lead >= RELABEL_MARGIN * mechanism.sigma)
+    relabel = (cells[rows, best] >= threshold) & (lead >= RELABEL_MARGIN * stage.mechanism.sigma)
     best = np.where(relabel, best, generated)
     first: dict[str, int] = {}
     best = best[[first.setdefault(text, i) for i, text in enumerate(texts)]]

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import AboveThreshold, Gaussian, Laplace
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
 
 
 def word_lengths(texts: Sequence[str]) -> np.ndarray:
@@ -30,7 +30,6 @@ def noisy_histogram(counts: np.ndarray, mechanism: Laplace | Gaussian, ledger: P
     return np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=np.float64)
 
 
-
 def to_distribution(noisy_counts: np.ndarray) -> np.ndarray:
     """Clip a noisy histogram at zero and normalise it (uniform when nothing is left)."""
     clipped = np.clip(np.asarray(noisy_counts, dtype=np.float64), 0.0, None)
@@ -39,8 +38,7 @@ def to_distribution(noisy_counts: np.ndarray) -> np.ndarray:
 
 
 def dp_label_distribution(private: PrivateDataset, mechanism: Laplace | Gaussian,
-                          ledger: PrivacyLedger, noise: NoiseSource,
-                          stage: str = "label_histogram") -> np.ndarray:
+                          ledger: PrivacyLedger, noise: NoiseSource, stage: str) -> np.ndarray:
     """The label distribution, from a noisy histogram of label counts (every recipe's)."""
     codes = private.label_codes(Access.LEDGERED_OP)
     counts = np.bincount(codes, minlength=len(private.label_names or ()))
@@ -49,8 +47,7 @@ def dp_label_distribution(private: PrivateDataset, mechanism: Laplace | Gaussian
 
 
 def dp_length_range(private: PrivateDataset, mechanism: AboveThreshold, max_words: int,
-                    ledger: PrivacyLedger, noise: NoiseSource,
-                    stage: str = "length_range_svt") -> tuple[int, int]:
+                    ledger: PrivacyLedger, noise: NoiseSource, stage: str) -> tuple[int, int]:
     """Approximate minimum and maximum length in words by two runs of `mechanism`.
 
     Maximum: L = 0, 1, ... until the noisy count of texts longer than L falls to the noisy
@@ -74,7 +71,7 @@ def dp_length_range(private: PrivateDataset, mechanism: AboveThreshold, max_word
 
 def dp_length_histogram(private: PrivateDataset, low: int, high: int, n_bins: int,
                         mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
-                        stage: str = "length_histogram") -> tuple[np.ndarray, np.ndarray]:
+                        stage: str) -> tuple[np.ndarray, np.ndarray]:
     """Laplace histogram of lengths in [low, high] over `n_bins` bins (lengths clipped in).
 
     Returns the bin edges (n_bins + 1 integers, possibly fewer bins for a narrow range) and
@@ -90,7 +87,7 @@ def dp_length_histogram(private: PrivateDataset, low: int, high: int, n_bins: in
 def dp_keyword_votes(voters: Voters, keyword_embeddings: np.ndarray,
                      keyword_labels: np.ndarray | None,
                      mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
-                     stage: str = "keyword_histogram") -> np.ndarray:
+                     stage: str) -> np.ndarray:
     """Noisy votes for keywords: each private record votes for its nearest keyword of its own
     label (dpga-textsyn §3.2.2), so one record moves one count; Laplace on the histogram."""
     counts = voters.counts(keyword_embeddings, keyword_labels)

@@ -11,17 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth.errors import InputError
-from dpsynth.ops.nearest import Voters
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import Disjoint, LimitedDomainTopK
 from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.engine.nearest import Voters
 
 
 def dp_select_parents(voters: Voters, candidate_embeddings: np.ndarray,
                       candidate_groups: np.ndarray,
                       mechanism: LimitedDomainTopK, ledger: PrivacyLedger, noise: NoiseSource,
-                      records_per_unit: int = 1,
-                      stage: str = "selection") -> dict[int, list[int]]:
+                      stage: str, records_per_unit: int = 1) -> dict[int, list[int]]:
     """Per candidate group (public): the selected candidate indices, best noisy count first;
     a list may be short or empty (the ⊥ bar came first).
 

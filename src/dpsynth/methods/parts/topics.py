@@ -1,5 +1,5 @@
-"""A universal topic model built once on public text (ctcl §3.2), and the DP topic histogram
-of a private set over it (ctcl §3.3).
+"""A universal topic model built once on public text (ctcl §3.2); the DP topic
+histogram of a private set over it is `dpsynth.private.releases.topics`.
 
 Topics are clusters of MiniLM embeddings of public paragraphs — HDBSCAN on a PCA reduction,
 falling back to k-means when HDBSCAN leaves most points as noise — each named by its 10
@@ -18,13 +18,7 @@ import numpy as np
 from sklearn.cluster import HDBSCAN, KMeans
 from sklearn.decomposition import PCA
 
-from dpsynth.data import Access, PrivateDataset
-from dpsynth.ops.keywords import class_keywords
-from dpsynth.ops.nearest import Voters, nearest_indices
-from dpsynth.ops.sharded import ShardedVoters
-from dpsynth.privacy.ledger import PrivacyLedger
-from dpsynth.privacy.mechanisms import Gaussian
-from dpsynth.privacy.noise import NoiseSource
+from dpsynth.methods.parts.keywords import class_keywords
 
 FORMAT = "dpsynth.topic-model/1"
 
@@ -40,10 +34,6 @@ class TopicModel:
     @property
     def n_topics(self) -> int:
         return len(self.centroids)
-
-    def assign(self, embeddings: np.ndarray) -> np.ndarray:
-        """The nearest topic (cosine) of each embedding."""
-        return nearest_indices(embeddings, self.centroids)
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
@@ -94,32 +84,3 @@ def _cluster(embeddings: np.ndarray, n_topics: int, seed: int, min_cluster_size:
             return labels, "hdbscan"
     kmeans = KMeans(n_clusters=n_topics, n_init=3, random_state=seed).fit(embeddings)
     return kmeans.labels_, "kmeans"
-
-
-def dp_topic_histogram(voters: Voters | ShardedVoters, model: TopicModel,
-                       mechanism: Gaussian, ledger: PrivacyLedger, noise: NoiseSource,
-                       stage: str = "topic_histogram", label_codes: np.ndarray | None = None,
-                       n_labels: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Each private record goes to its nearest topic; Gaussian noise on the counts.
-
-    `voters` hold the private records' embeddings (here, or on a Ray cluster's workers, which
-    send back each record's topic only). With `label_codes` the counts are over (label, topic)
-    cells, one row per label: a record is still in exactly one cell, so the sensitivity is
-    that of the topic counts alone. Returns the assignments (private: they feed DP training
-    only) and the noisy counts, of shape (n_labels, topics).
-    """
-    assigned = voters.nearest(model.centroids)
-    rows = np.zeros(len(assigned), dtype=int) if label_codes is None else np.asarray(label_codes)
-    counts = np.bincount(rows * model.n_topics + assigned, minlength=n_labels * model.n_topics)
-    noisy = np.asarray(ledger.release(stage, mechanism, counts, noise), dtype=float)
-    return assigned, noisy.reshape(n_labels, model.n_topics)
-
-
-def dp_condition_histogram(private: PrivateDataset, voters: Voters | ShardedVoters,
-                           model: TopicModel, mechanism: Gaussian, ledger: PrivacyLedger,
-                           noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
-    """`dp_topic_histogram` over (label, topic) cells when the data has labels (one row
-    otherwise): CTCL's conditions."""
-    codes = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
-    return dp_topic_histogram(voters, model, mechanism, ledger, noise, label_codes=codes,
-                              n_labels=len(private.label_names or ()) or 1)

@@ -1,0 +1,1 @@
+"""Public post-processing the recipes share: no private read, no charge."""

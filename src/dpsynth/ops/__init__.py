@@ -1,1 +1,0 @@
-"""Reusable DP building blocks over text; each op that reads private data charges the ledger."""

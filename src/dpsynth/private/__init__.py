@@ -1,0 +1,10 @@
+"""The private side: the only package that holds private records or spends budget.
+
+`train_classifier` is the classifier PATE's teachers are; a student learning from their DP
+labels (public) is one too."""
+
+from dpsynth.private.boundary import Private
+from dpsynth.private.engine.teachers import train_classifier
+from dpsynth.private.training.conditioning import Conditioning
+
+__all__ = ["Conditioning", "Private", "train_classifier"]
