@@ -15,6 +15,7 @@ from dpsynth.private.training.dp_training import (  # noqa: E402
     SequenceLoss,
     _BookKeeping,
     pad_batch,
+    poisson_loader,
     shifted_batch,
 )
 
@@ -144,9 +145,8 @@ def test_a_book_keeping_step_is_adamw_on_the_noiseless_clipped_mean():
     config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
                         learning_rate=1e-2, max_length=16, grad_sample_mode="bk")
     ids = pad_batch(docs * 2, 16, EOS)  # 8 records at rate 1/2: opacus divides by 4
-    loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])),
-        batch_size=4)
+    loader = poisson_loader(
+        torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
     step = _BookKeeping(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
                         torch.Generator())
     assert step.expected_batch_size == 4
