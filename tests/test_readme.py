@@ -13,3 +13,12 @@ def test_ci_runs_the_readme_test_command():
     blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:]]
     assert ci_lines[0] in blocks
     assert ci_lines[0].endswith("&& pytest")
+
+
+def test_the_install_commands_fetch_the_smollm_weights_the_code_reads():
+    from dpsynth.backends.smollm.weights import INSTALL_HINT
+
+    readme = (ROOT / "README.md").read_text()
+    installs = [line for line in readme.splitlines() if line.startswith("python3 -m venv")]
+    assert len(installs) == 2
+    assert all(f" && {INSTALL_HINT} && " in line for line in installs)

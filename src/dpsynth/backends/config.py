@@ -73,7 +73,7 @@ class EmbedderConfig(BaseModel):
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["offline", "openai", "hf", "pool"] = "offline"
+    name: Literal["smollm", "offline", "openai", "hf", "pool"] = "offline"
     model: str | None = None
     base_url: str | list[str] | None = Field(
         None, description="openai: the server, or a list of servers of the same model: "
@@ -87,12 +87,20 @@ class GeneratorConfig(BaseModel):
     max_tokens: int = Field(512, gt=0, description="cap on generated tokens per output")
     seed: int | None = Field(None, ge=0,
                              description="sampling seed sent to / used by the backend")
-    prompts: str = Field(
-        "generic", description="openai and hf: a built-in prompt set (generic, mtsamples, "
-        "openreview, pubmed) or a path to your own YAML prompt file (.yaml/.yml); the offline "
-        "and pool generators have no prompt"
+    prompts: str | None = Field(
+        None, description="openai, hf and smollm: a built-in prompt set (generic, small, "
+        "mtsamples, openreview, pubmed) or a path to your own YAML prompt file (.yaml/.yml); "
+        "default: small for smollm, generic for the others; the offline and pool generators "
+        "have no prompt"
     )
-    batch_size: int = Field(8, gt=0, description="hf: prompts per forward batch")
+    batch_size: int | None = Field(None, gt=0, description="hf and smollm: prompts per "
+                                   "forward batch (default: hf 8, smollm 32)")
+    engine: Literal["ct2-int8", "ct2-float32", "torch-float32", "torch-bfloat16",
+                    "torch-int8"] = Field(
+        "ct2-int8", description="smollm: how SmolLM2 runs on the CPU (ct2-int8, CTranslate2 "
+        "on int8 weights, measured fastest at equal quality: docs/backends.md#smollm)")
+    threads: int | None = Field(None, gt=0, description="smollm: CPU threads (default: the "
+                                "cores not busy when the generator is built)")
     int8: bool = Field(False, description="offline: sample on int8 dynamic-quantised "
                        "weights (about 2x faster; held-out perplexity +0.3%; "
                        "docs/offline_generator.md)")
@@ -128,7 +136,7 @@ class GeneratorConfig(BaseModel):
     )
     edit: GeneratorConfig | None = Field(
         None, description="pool: an LM that rewrites each retrieved text (AUG-PE style): "
-        "offline, openai or hf, as a name or a full generator section"
+        "smollm, offline, openai or hf, as a name or a full generator section"
     )
     edit_strength: float = Field(
         0.3, ge=0, le=1, description="pool with edit: how far the editor moves a retrieved text"
@@ -136,11 +144,13 @@ class GeneratorConfig(BaseModel):
 
     @field_validator("prompts")
     @classmethod
-    def _a_known_prompt_set(cls, value: str) -> str:
+    def _a_known_prompt_set(cls, value: str | None) -> str | None:
         """A name that is no built-in set is a typo, found here rather than when the generator
         is built (or never, for a generator without prompts). Paths are checked on build."""
         from dpsynth.backends.prompt_sets import builtin_prompt_sets
 
+        if value is None:
+            return value
         if Path(value).suffix in (".yaml", ".yml") or "/" in value or "\\" in value:
             return value
         if value not in builtin_prompt_sets():
@@ -167,8 +177,13 @@ class GeneratorConfig(BaseModel):
             if self.name != "pool":
                 raise ValueError(f"edit is an option of the pool generator, not of {self.name}")
             if self.edit.name == "pool" or self.edit.edit is not None:
-                raise ValueError("edit names an LM (offline, openai or hf), not another pool")
+                raise ValueError("edit names an LM (smollm, offline, openai or hf), not another "
+                                 "pool")
         return self
+
+    def prompt_set(self) -> str:
+        """The prompt set to load: the one named, else the one written for this backend."""
+        return self.prompts or ("small" if self.name == "smollm" else "generic")
 
 
 class ExecutorConfig(BaseModel):
