@@ -4,8 +4,10 @@ the prompt set and output cleaning written for it (issue 41, part 3).
     python benchmarks/smollm_on_task.py [--n 50] [--seed 0] [--samples FILE]
 
 Before: the generic prompt set, the model's reply as it comes (stripped), as the hf backend
-returns it. After: the smollm generator as shipped (the small prompt set, cleaning, failed
-replies resampled within its bound). Inputs are public: ag_news' label names and IMDB test
+returns it, at hf's default sampling (temperature 1, top-p 1); then the same at smollm's
+default sampling, to tell the two changes apart. After: the smollm generator as shipped
+(the small prompt set, cleaning, failed replies resampled within its bound, blanks filled by
+continuation). Inputs are public: ag_news' label names and IMDB test
 reviews (first sentences), the reviews' labels named "positive/negative movie review". An
 output is on task when `on_task` says so; its rule was checked by reading the outputs
 written to --samples.
@@ -23,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT.parent / "shared" / "data" / "imdb" / "test.csv"
 TOPICS = ("World", "Sports", "Business", "Sci/Tech", "positive movie review",
           "negative movie review")
-REVIEW = {0: "negative movie review", 1: "positive movie review"}
+REVIEW = {"neg": "negative movie review", "pos": "positive movie review"}
 META = re.compile(
     r"<\|im_|\b(?:i'?m sorry|as an ai|i can(?:no|')t|here(?:'s| is| are)\b|i hope|let me know|"
     r"feel free|rewritten|the (?:above|original|following|given) text|fill(?:ed)? in|"
@@ -41,6 +43,8 @@ def on_task(op: str, output: str, source: str | list[str], target: int) -> bool:
     share words with their inputs without copying one)."""
     out = words(output)
     if not out or META.search(output) or not 0.3 * target <= len(out) <= 2.5 * target:
+        return False
+    if len(out) >= 10 and len(set(out)) < 0.3 * len(out):  # stuck in a loop
         return False
     if op == "generate":
         return True
@@ -67,7 +71,7 @@ def inputs(n: int, rng: random.Random):
         sentences = re.split(r"(?<=[.!?])\s+", text.replace("<br />", " "))
         snippet = " ".join(sentences[:2])
         if 12 <= len(snippet.split()) <= 50:
-            snippets.append((snippet, REVIEW[int(label)]))
+            snippets.append((snippet, REVIEW[label]))
     snippets = snippets[:2 * n]
     gen = [Condition(label=TOPICS[i % len(TOPICS)], length=(20, 40, 60)[i % 3])
            for i in range(n)]
@@ -114,6 +118,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=Path, default=None)
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from dpsynth.backends.config import GeneratorConfig
@@ -122,12 +128,21 @@ def main() -> None:
 
     print(f"load at start: {os.getloadavg()}", flush=True)
     data = inputs(args.n, random.Random(args.seed))
-    cfg = GeneratorConfig(name="smollm", seed=args.seed)
+    cfg = GeneratorConfig(name="smollm", seed=args.seed, temperature=args.temperature,
+                          top_p=args.top_p)
     shipped = SmolLMGenerator(load_prompt_set(cfg.prompt_set()), cfg)
-    before_gen = SmolLMGenerator(load_prompt_set("generic"), cfg, engine=shipped.engine)
-    runs = {"before (generic prompts, raw reply)": run(before_gen, True, data),
-            "after (small prompts, cleaned)": run(shipped, False, data)}
-    print("| operation | " + " | ".join(runs) + " |\n|---|---|---|")
+    generic = load_prompt_set("generic")
+    old = cfg.model_copy(update={"temperature": 1.0, "top_p": 1.0})  # hf's defaults
+    runs = {
+        "before: generic prompts, raw reply, T 1.0 / top-p 1.0":
+            run(SmolLMGenerator(generic, old, engine=shipped.engine), True, data),
+        f"generic prompts, raw reply, T {cfg.temperature} / top-p {cfg.top_p}":
+            run(SmolLMGenerator(generic, cfg, engine=shipped.engine), True, data),
+        "after: smollm as shipped (small prompts, cleaning, resampling, fill by continuation)":
+            run(shipped, False, data),
+    }
+    print("| operation | " + " | ".join(runs) + " |")
+    print("|---" * (len(runs) + 1) + "|")
     for op in ("generate", "rewrite", "fill", "crossover"):
         rates = []
         for results in runs.values():
@@ -142,7 +157,7 @@ def main() -> None:
                 for op, rows in results.items():
                     for s, o, t in rows:
                         verdict = "ON " if on_task(op, o, s, t) else "OFF"
-                        out.write(f"[{name[:6]}] {op} {verdict} target={t}\n  IN: {s!r}\n"
+                        out.write(f"[{name[:12]}] {op} {verdict} target={t}\n  IN: {s!r}\n"
                                   f"  OUT: {o!r}\n")
 
 

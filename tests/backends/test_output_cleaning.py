@@ -20,6 +20,7 @@ TEXT = "The parcel arrived two weeks late and the box was crushed."
     f"{TEXT}<|im_end|>\n<|im_start|>user\nthanks",
     f"{TEXT}\nuser",
     f"Rewritten text: {TEXT}",
+    f"Aw, my apologies. Here is a revised version of the text: {TEXT}",
 ])
 def test_the_text_is_kept_and_its_wrapping_removed(reply):
     assert clean_reply(reply) == TEXT
@@ -35,6 +36,8 @@ def test_the_text_is_kept_and_its_wrapping_removed(reply):
     "",
     "The above is a text. Output only the new text, without any other comment.",
     "The parcel _ two weeks late.",
+    "You've done it right. Your description of the positive reviews is spot on.",
+    "The original text was rephrased into 30 words with the same meaning.",
 ])
 def test_refusals_questions_echoes_and_leftover_blanks_fail(reply):
     assert clean_reply(reply) == FAILED
@@ -57,3 +60,9 @@ def test_a_fill_that_drops_the_text_around_its_blanks_fails():
     assert clean_reply("The parcel arrived very late and the box was crushed.",
                        keeps=keeps) != FAILED
     assert clean_reply("Shipping companies move goods around the world.", keeps=keeps) == FAILED
+
+
+def test_a_reply_stuck_in_a_loop_fails():
+    assert clean_reply("Happy, " * 30) == FAILED
+    assert clean_reply("The film was the best film of the year and the cast was the best.") \
+        != FAILED

@@ -70,6 +70,10 @@ class EmbedderConfig(BaseModel):
     )
 
 
+SMOLLM_SAMPLING = (0.7, 0.9)
+"""smollm's default temperature and top-p: on-task rates measured in docs/backends.md#smollm."""
+
+
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -82,8 +86,11 @@ class GeneratorConfig(BaseModel):
     )
     api_key_env: str | None = None
     concurrency: int = Field(8, gt=0, description="openai: requests in flight at once")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float | None = Field(
+        None, ge=0, description="default: 0.7 for smollm (at 1.0 a 135M model drifts off "
+        "task: docs/backends.md#smollm), 1.0 for the others")
+    top_p: float | None = Field(None, gt=0, le=1,
+                                description="default: 0.9 for smollm, 1.0 for the others")
     max_tokens: int = Field(512, gt=0, description="cap on generated tokens per output")
     seed: int | None = Field(None, ge=0,
                              description="sampling seed sent to / used by the backend")
@@ -170,6 +177,16 @@ class GeneratorConfig(BaseModel):
     @classmethod
     def _edit_by_name(cls, value: object) -> object:
         return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _sampling_defaults(self) -> GeneratorConfig:
+        """Fill unset sampling parameters with the backend's own defaults."""
+        small = self.name == "smollm"
+        if self.temperature is None:
+            object.__setattr__(self, "temperature", SMOLLM_SAMPLING[0] if small else 1.0)
+        if self.top_p is None:
+            object.__setattr__(self, "top_p", SMOLLM_SAMPLING[1] if small else 1.0)
+        return self
 
     @model_validator(mode="after")
     def _edit_only_for_pool(self) -> GeneratorConfig:

@@ -31,7 +31,10 @@ _OFF_TASK = re.compile(
     r"as an ai|i'?m (?:ready|here|happy|glad) to|i'?d (?:be happy|love) to|i would be happy|"
     r"(?:what|which) (?:is|are|would|kind|type|topic)\b|could you (?:please )?(?:provide|"
     r"give|tell)|please (?:provide|give|share|specify)|can you (?:provide|give|tell)|"
-    r"(?:hello|hi)[!,. ]|thank you)", re.IGNORECASE)
+    r"(?:hello|hi)[!,. ]|thank you|you'?ve |your (?:text|description|review|request)|"
+    r"(?:the |this )?(?:original |given |above )?text (?:was|is|has|had)\b)", re.IGNORECASE)
+_INNER_PREAMBLE = re.compile(r"^[^\n:]{0,120}\b(?:here(?:'s| is| are)|below is)\b[^\n:]{0,80}:\s*",
+                             re.IGNORECASE)
 _ECHO = re.compile(r"reply with (?:the|only)|output only|the above (?:is|are) |"
                    r"without (?:any other|a title)", re.IGNORECASE)
 _QUOTES = (('"', '"'), ("“", "”"), ("'", "'"), ("«", "»"))
@@ -53,15 +56,27 @@ def clean_reply(reply: str, target_words: int | None = None,
         return FAILED
     for _ in range(2):  # "Sure! Here's the text:\n\n**Title**\n..." has two layers
         text = _HEADING.sub("", _PREAMBLE.sub("", text, count=1), count=1).strip()
+    text = _INNER_PREAMBLE.sub("", text, count=1)  # "Aw, sorry. Here is a new version: ..."
     text = _SIGN_OFF.sub("", text).strip()
     text = _unquote(text)
     text = _trim(text, round(1.5 * target_words) + 5) if target_words else \
         _whole_sentences(text)
     words = text.split()
     if (len(words) < MIN_WORDS or _ECHO.search(text) or BLANK in words
-            or _OFF_TASK.match(text) or not _keeps(words, keeps)):
+            or _OFF_TASK.match(text) or not _keeps(words, keeps) or _loops(words)):
         return FAILED
     return text
+
+
+def _loops(words: list[str]) -> bool:
+    """A reply stuck repeating itself ("Happy, happy, happy, ..."): one word is a third of
+    a text of ten words or more."""
+    if len(words) < 10:
+        return False
+    counts: dict[str, int] = {}
+    for word in words:
+        counts[_bare(word)] = counts.get(_bare(word), 0) + 1
+    return max(counts.values()) > len(words) / 3
 
 
 def _keeps(words: list[str], keeps: Sequence[str]) -> bool:
