@@ -21,6 +21,7 @@ TEXT = "The parcel arrived two weeks late and the box was crushed."
     f"{TEXT}\nuser",
     f"Rewritten text: {TEXT}",
     f"Aw, my apologies. Here is a revised version of the text: {TEXT}",
+    f"Here's a sample of a short text about shipping. {TEXT}",
 ])
 def test_the_text_is_kept_and_its_wrapping_removed(reply):
     assert clean_reply(reply) == TEXT

@@ -19,7 +19,9 @@ _ROLE_LINE = re.compile(r"\n\s*(?:user|assistant|system)\s*:?\s*$", re.IGNORECAS
 _PREAMBLE = re.compile(
     r"^\s*(?:(?:sure|certainly|of course|okay|ok|absolutely|great)[!,.]*\s+)?"
     r"(?:(?:here(?:'s| is| are)|below is|this is)\b[^\n:]{0,80}:|"
-    r"(?:title|text|output|answer|new text|rewritten text|completed text)\s*:)\s*",
+    r"(?:title|text|output|answer|new text|rewritten text|completed text)\s*:|"
+    r"here(?:'s| is) (?:a|an|the|my|one) [^.\n:]{0,60}\b(?:text|sample|example|version|"
+    r"review|article|story)\b[^.\n:]{0,60}[.:])\s*",
     re.IGNORECASE)
 _HEADING = re.compile(r"^\s*(?:#+ [^\n]*|\*\*[^\n*]{1,80}\*\*)\s*\n+")
 _SIGN_OFF = re.compile(
@@ -39,7 +41,7 @@ _ECHO = re.compile(r"reply with (?:the|only)|output only|the above (?:is|are) |"
                    r"without (?:any other|a title)", re.IGNORECASE)
 _QUOTES = (('"', '"'), ("“", "”"), ("'", "'"), ("«", "»"))
 MIN_WORDS = 3
-VERSION = 1
+VERSION = 2
 """Part of the generator's identity (so of cache keys): bump it when a change to these rules
 changes what some reply becomes."""
 

@@ -37,7 +37,7 @@ TOKENS_PER_WORD = 1.6
 """Generous for English under SmolLM2's tokenizer (about 1.3 measured), so the cap only cuts
 replies that overrun their target; cleaning trims to whole sentences."""
 DEFAULT_BATCH = 32
-FILL_TOKENS = 4
+FILL_TOKENS = 6
 """Tokens sampled for one blank, of which the first word is kept."""
 
 
@@ -173,8 +173,11 @@ class SmolLMGenerator(PromptedGenerator):
 
 
 def _fill_words(continuation: str, last: bool) -> list[str]:
-    """What fills one blank: the continuation's first word (a merged run of blanks gets one
-    word too: a second one, written without the text that follows, mostly repeats it), with
-    its closing punctuation dropped unless the text ends there."""
-    words = [w for w in continuation.split() if any(ch.isalnum() for ch in w)][:1]
+    """What fills one blank: the first whole word the model writes after the text before it
+    (not the end of that text's last word, nor a second word: written without the text that
+    follows, it mostly repeats it), with closing punctuation dropped unless the text ends."""
+    words = continuation.split()
+    if continuation[:1] and not continuation[:1].isspace():
+        words = words[1:]  # "drunken" + "ly": a suffix of the word before the blank
+    words = [w for w in words if any(ch.isalnum() for ch in w)][:1]
     return words if last else [w.rstrip(".,;:!?") for w in words]
