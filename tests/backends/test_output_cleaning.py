@@ -22,6 +22,7 @@ TEXT = "The parcel arrived two weeks late and the box was crushed."
     f"Rewritten text: {TEXT}",
     f"Aw, my apologies. Here is a revised version of the text: {TEXT}",
     f"Here's a sample of a short text about shipping. {TEXT}",
+    f"Rewrite the text:\n\n{TEXT}",
 ])
 def test_the_text_is_kept_and_its_wrapping_removed(reply):
     assert clean_reply(reply) == TEXT
@@ -39,6 +40,8 @@ def test_the_text_is_kept_and_its_wrapping_removed(reply):
     "The parcel _ two weeks late.",
     "You've done it right. Your description of the positive reviews is spot on.",
     "The original text was rephrased into 30 words with the same meaning.",
+    "In this rewritten version, I added a few words to make the text more engaging.",
+    "I'm going to give you a bad review. It's about people making bad movies.",
 ])
 def test_refusals_questions_echoes_and_leftover_blanks_fail(reply):
     assert clean_reply(reply) == FAILED
@@ -67,3 +70,8 @@ def test_a_reply_stuck_in_a_loop_fails():
     assert clean_reply("Happy, " * 30) == FAILED
     assert clean_reply("The film was the best film of the year and the cast was the best.") \
         != FAILED
+
+
+def test_a_reply_far_shorter_than_its_target_fails():
+    assert clean_reply("He's a fan of Buddy Holly.", target_words=32) == FAILED
+    assert clean_reply(TEXT, target_words=15) == TEXT

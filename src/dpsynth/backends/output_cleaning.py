@@ -19,7 +19,8 @@ _ROLE_LINE = re.compile(r"\n\s*(?:user|assistant|system)\s*:?\s*$", re.IGNORECAS
 _PREAMBLE = re.compile(
     r"^\s*(?:(?:sure|certainly|of course|okay|ok|absolutely|great)[!,.]*\s+)?"
     r"(?:(?:here(?:'s| is| are)|below is|this is)\b[^\n:]{0,80}:|"
-    r"(?:title|text|output|answer|new text|rewritten text|completed text)\s*:|"
+    r"(?:title|text|output|answer|new text|rewritten text|completed text|rewrite|"
+    r"rewrite the text|rewritten version|new version)\s*:|"
     r"here(?:'s| is) (?:a|an|the|my|one) [^.\n:]{0,60}\b(?:text|sample|example|version|"
     r"review|article|story)\b[^.\n:]{0,60}[.:])\s*",
     re.IGNORECASE)
@@ -34,14 +35,18 @@ _OFF_TASK = re.compile(
     r"(?:what|which) (?:is|are|would|kind|type|topic)\b|could you (?:please )?(?:provide|"
     r"give|tell)|please (?:provide|give|share|specify)|can you (?:provide|give|tell)|"
     r"(?:hello|hi)[!,. ]|thank you|you'?ve |your (?:text|description|review|request)|"
+    r"i'?m going to (?:give|write|rewrite)|"
     r"(?:the |this )?(?:original |given |above )?text (?:was|is|has|had)\b)", re.IGNORECASE)
 _INNER_PREAMBLE = re.compile(r"^[^\n:]{0,120}\b(?:here(?:'s| is| are)|below is)\b[^\n:]{0,80}:\s*",
                              re.IGNORECASE)
 _ECHO = re.compile(r"reply with (?:the|only)|output only|the above (?:is|are) |"
-                   r"without (?:any other|a title)", re.IGNORECASE)
+                   r"without (?:any other|a title)|rewritten version|original text|"
+                   r"\bi (?:added|changed|kept|rewrote|replaced)\b", re.IGNORECASE)
 _QUOTES = (('"', '"'), ("“", "”"), ("'", "'"), ("«", "»"))
 MIN_WORDS = 3
-VERSION = 2
+SHORTEST = 0.4
+"""A reply under this share of its target length is a summary, not the text asked for."""
+VERSION = 3
 """Part of the generator's identity (so of cache keys): bump it when a change to these rules
 changes what some reply becomes."""
 
@@ -49,9 +54,9 @@ changes what some reply becomes."""
 def clean_reply(reply: str, target_words: int | None = None,
                 keeps: Sequence[str] = ()) -> str:
     """The text inside `reply`, cut to about 1.5x `target_words` at a sentence end, or
-    `FAILED` when the reply is a refusal, a question back, an echo of the instructions, a
-    fill that left blanks or lost more than half of the words it was to `keep`, or too short
-    to be a text."""
+    `FAILED` when the reply is a refusal, a question back, talk about the task, a loop, a
+    fill that left blanks or lost more than half of the words it was to `keep`, or under
+    0.4x `target_words` (or 3 words)."""
     text = _CHAT_JUNK.split(reply, maxsplit=1)[0]
     text = _ROLE_LINE.sub("", text).strip()
     if _OFF_TASK.match(text):
@@ -64,8 +69,9 @@ def clean_reply(reply: str, target_words: int | None = None,
     text = _trim(text, round(1.5 * target_words) + 5) if target_words else \
         _whole_sentences(text)
     words = text.split()
-    if (len(words) < MIN_WORDS or _ECHO.search(text) or BLANK in words
-            or _OFF_TASK.match(text) or not _keeps(words, keeps) or _loops(words)):
+    if (len(words) < max(MIN_WORDS, SHORTEST * (target_words or 0)) or _ECHO.search(text)
+            or BLANK in words or _OFF_TASK.match(text) or not _keeps(words, keeps)
+            or _loops(words)):
         return FAILED
     return text
 
