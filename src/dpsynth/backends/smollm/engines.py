@@ -10,8 +10,10 @@ comparison and for machines without CTranslate2.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -60,11 +62,11 @@ class CT2Engine:
 
     def __init__(self, folder, compute_type: str, threads: int, name: str) -> None:
         import ctranslate2
-        from transformers import AutoTokenizer
 
         self._ct2 = ctranslate2
         self.name = name
-        self.tokens = AutoTokenizer.from_pretrained(weights.hf_folder()).convert_ids_to_tokens
+        vocabulary = json.loads((Path(folder) / "vocabulary.json").read_text(encoding="utf-8"))
+        self.tokens = lambda ids: [vocabulary[i] for i in ids]  # CTranslate2 takes token strings
         self._load = lambda: ctranslate2.Generator(str(folder), device="cpu",
                                                    compute_type=compute_type,
                                                    intra_threads=threads, inter_threads=1)
