@@ -86,3 +86,27 @@ def test_score_prefers_the_likely_continuation(smollm):
     scores = smollm.score(["The capital of France is"] * 2, ["Paris", "banana"])
     assert np.all(np.isfinite(scores)) and scores[0] > scores[1]
 
+
+
+class Scripted:
+    """An engine that writes given continuations, one per blank, in order."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer, continuations):
+        self.encode, self.continuations = tokenizer.encode, list(continuations)
+
+    def sample(self, prompts, max_new_tokens, temperature, top_p, seed):
+        return [self.encode(self.continuations.pop(0)) for _ in prompts]
+
+
+def test_fill_writes_one_whole_word_per_blank_from_the_text_before_it(smollm):
+    cfg = config()
+    engine = Scripted(smollm.tokenizer, ["The team", " won the", "ly and", " Sunday. Then"])
+    scripted = SmolLMGenerator(smollm.prompts, cfg, engine=engine)
+    # first blank: no text before it, the word is kept; the third continues "final" with a
+    # suffix, which is skipped; punctuation stays only where the text ends
+    filled = scripted.fill(["_ home _ the final _ on _"], [Condition()])
+    assert filled == ["The home won the final and on Sunday."]
+    engine.continuations.append("")  # the model ends the text where a word should be
+    assert scripted.fill(["The team _"], [Condition()]) == [FAILED]

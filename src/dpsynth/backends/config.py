@@ -108,8 +108,9 @@ class GeneratorConfig(BaseModel):
     engine: Literal["ct2-int8", "ct2-float32", "torch-float32", "torch-bfloat16",
                     "torch-int8"] = Field(
         "ct2-int8", description="smollm: how SmolLM2 runs on the CPU: ct2-int8 (CTranslate2 "
-        "on int8 weights) measured 2.5-6x transformers' float32 generate at +3.5% held-out "
-        "perplexity; ct2-float32 keeps float32's perplexity (docs/backends.md#smollm)")
+        "on int8 weights) measured about 3x transformers' float32 generate at +3.5% "
+        "held-out perplexity; ct2-float32 keeps float32's perplexity "
+        "(docs/backends.md#smollm)")
     threads: int | None = Field(None, gt=0, description="smollm: CPU threads (default: the "
                                 "cores not busy when the generator is built)")
     int8: bool = Field(False, description="offline: sample on int8 dynamic-quantised "

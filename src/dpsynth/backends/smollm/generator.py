@@ -138,7 +138,7 @@ class SmolLMGenerator(PromptedGenerator):
                        for i in batch]
                 for i, words in zip(batch, self._sample(ids, FILL_TOKENS), strict=True):
                     rest[i].pop(0)
-                    word = _fill_words(words, last=not rest[i])
+                    word = _fill_words(words, after_word=bool(done[i]), last=not rest[i])
                     done[i] += word
                     failed.update([] if word else [i])
 
@@ -172,12 +172,12 @@ class SmolLMGenerator(PromptedGenerator):
         return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
-def _fill_words(continuation: str, last: bool) -> list[str]:
+def _fill_words(continuation: str, after_word: bool, last: bool) -> list[str]:
     """What fills one blank: the first whole word the model writes after the text before it
     (not the end of that text's last word, nor a second word: written without the text that
     follows, it mostly repeats it), with closing punctuation dropped unless the text ends."""
     words = continuation.split()
-    if continuation[:1] and not continuation[:1].isspace():
+    if after_word and continuation[:1] and not continuation[:1].isspace():
         words = words[1:]  # "drunken" + "ly": a suffix of the word before the blank
     words = [w for w in words if any(ch.isalnum() for ch in w)][:1]
     return words if last else [w.rstrip(".,;:!?") for w in words]
