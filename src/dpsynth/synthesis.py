@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from dpsynth.backends import Embedder, Generator, build_embedder, build_generator
+from dpsynth.backends.base import UnusedGenerator
 from dpsynth.backends.config import REMOTE_EMBEDDING_ASSUMPTION, GeneratorConfig
 from dpsynth.backends.counting import CountingGenerator
 from dpsynth.backends.health import check_backends
@@ -150,9 +151,10 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
 
     (out / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
     backends = config.backends
-    generator = CountingGenerator(with_label_names(
-        generator or build_generator(_seeded(backends.generator, seed),
-                                     base_dir=config.base_dir), config.data.label_names))
+    if generator is None:
+        generator = (build_generator(_seeded(backends.generator, seed), base_dir=config.base_dir)
+                     if run_plan.recipe.uses_backend_generator else UnusedGenerator())
+    generator = CountingGenerator(with_label_names(generator, config.data.label_names))
     if run_plan.recipe.uses_backend_generator:
         check_backends(generator=generator)  # before loading the embedder: fail fast
     elif backends.generator != GeneratorConfig():

@@ -32,7 +32,7 @@ def batch_size(cfg: GeneratorConfig, generator: object) -> int:
     run sees on its large batches."""
     if cfg.name == "openai":
         return max(8, cfg.concurrency)
-    return max(8, int(getattr(generator, "batch_size", cfg.batch_size)))
+    return max(8, int(getattr(generator, "batch_size", None) or cfg.batch_size or 8))
 
 
 WORDS = 30

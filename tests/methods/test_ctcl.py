@@ -227,9 +227,15 @@ def test_ctcl_killed_after_training_exports_without_training_again(tmp_path, tic
 
 
 def test_dpft_neither_uses_nor_probes_the_configured_generator(tmp_path, tickets, tiny_lm,
-                                                               topics, caplog):
-    """It samples the LM it fine-tunes: a generator server that is down must not stop it."""
+                                                               topics, caplog, monkeypatch):
+    """It samples the LM it fine-tunes: a generator server that is down must not stop it, and
+    no generator is even built (the default one would load SmolLM2 for nothing)."""
     from dpsynth.backends.config import BackendsConfig, GeneratorConfig
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("dpft built backends.generator")
+
+    monkeypatch.setattr("dpsynth.synthesis.build_generator", no_build)
 
     cfg = config(tmp_path, tickets, "dpft", tiny_lm, topics, steps=2, n_output=6)
     down = GeneratorConfig(name="openai", base_url="http://127.0.0.1:9/v1", model="m",

@@ -122,3 +122,13 @@ class Generator(ABC):
     def crossover(self, parent_groups: Sequence[Sequence[str]],
                   conditions: Sequence[Condition]) -> list[str]:
         """A child text for each group of two or more parent texts."""
+
+
+class UnusedGenerator(Generator):
+    """Stands in for `backends.generator` in a recipe that samples its own DP-trained LM
+    (ctcl, dpft), so no model is loaded, or needs installing, for nothing."""
+
+    def _unused(self, *args: object, **kwargs: object) -> list[str]:
+        raise BackendError("this recipe samples its own LM; backends.generator is not used")
+
+    generate = rewrite = fill = crossover = _unused

@@ -70,10 +70,17 @@ class EmbedderConfig(BaseModel):
     )
 
 
+SMOLLM_SAMPLING = (0.7, 0.9)
+"""smollm's default temperature and top-p: on-task rates measured in docs/backends.md#smollm."""
+
+
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["offline", "openai", "hf", "pool"] = "offline"
+    name: Literal["smollm", "offline", "openai", "hf", "pool"] = Field(
+        "smollm", description="smollm: SmolLM2-135M-Instruct on this machine; offline: the "
+        "7.4M LM dpsynth trained; openai: an OpenAI-compatible server; hf: a local Hugging "
+        "Face model folder; pool: DP selection among public texts (docs/backends.md)")
     model: str | None = None
     base_url: str | list[str] | None = Field(
         None, description="openai: the server, or a list of servers of the same model: "
@@ -82,17 +89,30 @@ class GeneratorConfig(BaseModel):
     )
     api_key_env: str | None = None
     concurrency: int = Field(8, gt=0, description="openai: requests in flight at once")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float | None = Field(
+        None, ge=0, description="default: 0.7 for smollm (at 1.0 a 135M model drifts off "
+        "task: docs/backends.md#smollm), 1.0 for the others")
+    top_p: float | None = Field(None, gt=0, le=1,
+                                description="default: 0.9 for smollm, 1.0 for the others")
     max_tokens: int = Field(512, gt=0, description="cap on generated tokens per output")
     seed: int | None = Field(None, ge=0,
                              description="sampling seed sent to / used by the backend")
-    prompts: str = Field(
-        "generic", description="openai and hf: a built-in prompt set (generic, mtsamples, "
-        "openreview, pubmed) or a path to your own YAML prompt file (.yaml/.yml); the offline "
-        "and pool generators have no prompt"
+    prompts: str | None = Field(
+        None, description="openai, hf and smollm: a built-in prompt set (generic, small, "
+        "mtsamples, openreview, pubmed) or a path to your own YAML prompt file (.yaml/.yml); "
+        "default: small for smollm, generic for the others; the offline and pool generators "
+        "have no prompt"
     )
-    batch_size: int = Field(8, gt=0, description="hf: prompts per forward batch")
+    batch_size: int | None = Field(None, gt=0, description="hf and smollm: prompts per "
+                                   "forward batch (default: hf 8, smollm 32)")
+    engine: Literal["ct2-int8", "ct2-float32", "torch-float32", "torch-bfloat16",
+                    "torch-int8"] = Field(
+        "ct2-int8", description="smollm: how SmolLM2 runs on the CPU: ct2-int8 (CTranslate2 "
+        "on int8 weights) measured about 3x transformers' float32 generate at +3.5% "
+        "held-out perplexity; ct2-float32 keeps float32's perplexity "
+        "(docs/backends.md#smollm)")
+    threads: int | None = Field(None, gt=0, description="smollm: CPU threads (default: the "
+                                "cores not busy when the generator is built)")
     int8: bool = Field(False, description="offline: sample on int8 dynamic-quantised "
                        "weights (about 2x faster; held-out perplexity +0.3%; "
                        "docs/offline_generator.md)")
@@ -128,7 +148,7 @@ class GeneratorConfig(BaseModel):
     )
     edit: GeneratorConfig | None = Field(
         None, description="pool: an LM that rewrites each retrieved text (AUG-PE style): "
-        "offline, openai or hf, as a name or a full generator section"
+        "smollm, offline, openai or hf, as a name or a full generator section"
     )
     edit_strength: float = Field(
         0.3, ge=0, le=1, description="pool with edit: how far the editor moves a retrieved text"
@@ -136,11 +156,13 @@ class GeneratorConfig(BaseModel):
 
     @field_validator("prompts")
     @classmethod
-    def _a_known_prompt_set(cls, value: str) -> str:
+    def _a_known_prompt_set(cls, value: str | None) -> str | None:
         """A name that is no built-in set is a typo, found here rather than when the generator
         is built (or never, for a generator without prompts). Paths are checked on build."""
         from dpsynth.backends.prompt_sets import builtin_prompt_sets
 
+        if value is None:
+            return value
         if Path(value).suffix in (".yaml", ".yml") or "/" in value or "\\" in value:
             return value
         if value not in builtin_prompt_sets():
@@ -162,13 +184,28 @@ class GeneratorConfig(BaseModel):
         return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
+    def _sampling_defaults(self) -> GeneratorConfig:
+        """Fill unset sampling parameters with the backend's own defaults."""
+        small = self.name == "smollm"
+        if self.temperature is None:
+            object.__setattr__(self, "temperature", SMOLLM_SAMPLING[0] if small else 1.0)
+        if self.top_p is None:
+            object.__setattr__(self, "top_p", SMOLLM_SAMPLING[1] if small else 1.0)
+        return self
+
+    @model_validator(mode="after")
     def _edit_only_for_pool(self) -> GeneratorConfig:
         if self.edit is not None:
             if self.name != "pool":
                 raise ValueError(f"edit is an option of the pool generator, not of {self.name}")
             if self.edit.name == "pool" or self.edit.edit is not None:
-                raise ValueError("edit names an LM (offline, openai or hf), not another pool")
+                raise ValueError("edit names an LM (smollm, offline, openai or hf), not another "
+                                 "pool")
         return self
+
+    def prompt_set(self) -> str:
+        """The prompt set to load: the one named, else the one written for this backend."""
+        return self.prompts or ("small" if self.name == "smollm" else "generic")
 
 
 class ExecutorConfig(BaseModel):

@@ -75,7 +75,7 @@ def _openai_generator(cfg: GeneratorConfig) -> Generator:
     from dpsynth.backends.openai_chat import OpenAIChatGenerator
     from dpsynth.backends.prompt_sets import load_prompt_set
 
-    return OpenAIChatGenerator(cfg, load_prompt_set(cfg.prompts))
+    return OpenAIChatGenerator(cfg, load_prompt_set(cfg.prompt_set()))
 
 
 def _hf_generator(cfg: GeneratorConfig) -> Generator:
@@ -85,7 +85,14 @@ def _hf_generator(cfg: GeneratorConfig) -> Generator:
     if cfg.model is None:
         raise ConfigError("backends.generator.model: a local Hugging Face model folder is "
                           "required for name: hf")
-    return HFGenerator(cfg.model, load_prompt_set(cfg.prompts), cfg)
+    return HFGenerator(cfg.model, load_prompt_set(cfg.prompt_set()), cfg)
+
+
+def _smollm(cfg: GeneratorConfig) -> Generator:
+    from dpsynth.backends.prompt_sets import load_prompt_set
+    from dpsynth.backends.smollm.generator import SmolLMGenerator
+
+    return SmolLMGenerator(load_prompt_set(cfg.prompt_set()), cfg)
 
 
 EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
@@ -94,6 +101,8 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
     "openai": _openai_embedder,
     "tfidf": _tfidf,
 }
+
+
 def _offline(cfg: GeneratorConfig) -> Generator:
     from dpsynth.backends.offline.generator import OfflineGenerator
 
@@ -123,6 +132,7 @@ def _pool(cfg: GeneratorConfig) -> Generator:
 
 
 GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
+    "smollm": _smollm,
     "offline": _offline,
     "openai": _openai_generator,
     "hf": _hf_generator,

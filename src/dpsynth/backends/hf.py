@@ -50,6 +50,7 @@ class HFGenerator(PromptedGenerator):
                              "there (hub names cannot be fetched offline; give a local path)")
         self._torch = torch
         self.cfg = cfg
+        self.batch_size = cfg.batch_size or 8
         self.model_path = path
         self.seq2seq = bool(getattr(AutoConfig.from_pretrained(path), "is_encoder_decoder",
                                     False))
@@ -87,7 +88,7 @@ class HFGenerator(PromptedGenerator):
 
     def complete(self, prompts: Sequence[ChatPrompt]) -> list[str]:
         texts = [self.render(p) for p in prompts]
-        size = self.cfg.batch_size
+        size = self.batch_size
         starts = range(0, len(texts), size)
         out: list[str] = []
         for start in track(starts, "generating", total=len(starts)):
@@ -111,7 +112,7 @@ class HFGenerator(PromptedGenerator):
         context = int(getattr(self.model.config, "n_positions", 0)
                       or getattr(self.model.config, "max_position_embeddings", 1024))
         return continuation_logprobs(self.model, rows, self.tokenizer.pad_token_id, context,
-                                     self.cfg.batch_size)
+                                     self.batch_size)
 
     def _sample(self, texts: list[str]) -> list[str]:
         torch = self._torch

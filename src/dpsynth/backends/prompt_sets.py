@@ -7,6 +7,7 @@ an unknown placeholder or a missing operation is an error that names the file an
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -37,11 +38,13 @@ def builtin_prompt_sets() -> list[str]:
 
 @dataclass(frozen=True)
 class ChatPrompt:
-    """One request to a chat model, plus the target length used for token estimates."""
+    """One request to a chat model, plus the target length used for token estimates and
+    the words a faithful reply keeps (fill: the text around the blanks)."""
 
     user: str
     system: str | None = None
     length: int | None = None
+    keeps: tuple[str, ...] = ()
 
     def messages(self) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system}] if self.system else []
@@ -77,8 +80,10 @@ class PromptSet:
                             sample=text, strength=line)
 
     def fill(self, masked_text: str, condition: Condition) -> ChatPrompt:
-        return self._render("fill", condition, condition.length or _words(masked_text),
-                            sample=masked_text)
+        prompt = self._render("fill", condition, condition.length or _words(masked_text),
+                              sample=masked_text)
+        return dataclasses.replace(prompt, keeps=tuple(w for w in masked_text.split()
+                                                       if w != BLANK))
 
     def crossover(self, parents: list[str], condition: Condition) -> ChatPrompt:
         if len(parents) < 2:

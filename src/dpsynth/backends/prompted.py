@@ -32,23 +32,23 @@ class PromptedGenerator(Generator):
 
     def rewrite(self, texts: Sequence[str], conditions: Sequence[Condition],
                 strength: float = 0.5) -> list[str]:
-        _same_length("texts", texts, conditions)
+        same_length("texts", texts, conditions)
         return self.complete([self.prompts.rewrite(t, c, strength)
                               for t, c in zip(texts, conditions, strict=True)])
 
     def fill(self, masked_texts: Sequence[str], conditions: Sequence[Condition]) -> list[str]:
-        _same_length("masked_texts", masked_texts, conditions)
+        same_length("masked_texts", masked_texts, conditions)
         return self.complete([self.prompts.fill(t, c)
                               for t, c in zip(masked_texts, conditions, strict=True)])
 
     def crossover(self, parent_groups: Sequence[Sequence[str]],
                   conditions: Sequence[Condition]) -> list[str]:
-        _same_length("parent_groups", parent_groups, conditions)
+        same_length("parent_groups", parent_groups, conditions)
         return self.complete([self.prompts.crossover(list(g), c)
                               for g, c in zip(parent_groups, conditions, strict=True)])
 
 
-def _same_length(name: str, items: Sequence[object], conditions: Sequence[Condition]) -> None:
+def same_length(name: str, items: Sequence[object], conditions: Sequence[Condition]) -> None:
     if len(items) != len(conditions):
         raise InputError(f"{name} has {len(items)} entries but conditions has "
                          f"{len(conditions)}; give one condition per input")
