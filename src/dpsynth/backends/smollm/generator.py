@@ -37,6 +37,10 @@ TOKENS_PER_WORD = 1.6
 """Generous for English under SmolLM2's tokenizer (about 1.3 measured), so the cap only cuts
 replies that overrun their target; cleaning trims to whole sentences."""
 DEFAULT_BATCH = 32
+UNSET_LENGTH_WORDS = 80
+"""The token budget of a prompt with no target length (pe's and kd_tutor's generate) is that
+of an 80-word text: a batch lasts as long as its longest row, and a small model left to
+512 tokens now and then rambles that long (pe's unseeded test ran 5x longer)."""
 FILL_TOKENS = 6
 """Tokens sampled for one blank, of which the first word is kept."""
 
@@ -157,9 +161,8 @@ class SmolLMGenerator(PromptedGenerator):
         return self.engine.logprobs(rows, starts)
 
     def _budget(self, prompt: ChatPrompt) -> int:
-        if not prompt.length:
-            return self.cfg.max_tokens
-        return min(self.cfg.max_tokens, math.ceil(TOKENS_PER_WORD * prompt.length) + 16)
+        words = prompt.length or UNSET_LENGTH_WORDS
+        return min(self.cfg.max_tokens, math.ceil(TOKENS_PER_WORD * words) + 16)
 
     def _sample(self, ids: list[list[int]], max_new_tokens: int) -> list[str]:
         seed = (self._seed * 1_000_003 + self._batches) % 2**31
