@@ -62,7 +62,7 @@ def test_labels_follow_a_dp_label_histogram_by_default(tmp_path, tickets):
     default = PrivateEvolution.from_config({}).budget_plan(private, 2.0, 1e-4)
     assert default.stage("label_histogram").spec.fraction == PeParams().label_fraction > 0
     uniform = PrivateEvolution.from_config({"label_fraction": 0}).budget_plan(private, 2.0, 1e-4)
-    assert [s.spec.name for s in uniform.stages] == ["voting"]
+    assert [s.spec.name for s in uniform.stages] == ["length_histogram", "voting"]
     config = make_config(tmp_path, tickets, "pe", label_fraction=PeParams().label_fraction)
     outputs = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
     assert (outputs.privacy.read_text().count('"label_histogram"')) >= 1

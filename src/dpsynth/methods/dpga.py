@@ -31,6 +31,7 @@ from dpsynth.methods.base import (
 )
 from dpsynth.methods.dpga_metadata import Metadata
 from dpsynth.methods.parts.keywords import class_keywords
+from dpsynth.methods.parts.lengths import Lengths, linear_edges
 from dpsynth.methods.parts.suppression import select_distinct
 from dpsynth.methods.parts.toolbox import allocate, keep_produced, mask_words, softmax
 from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
@@ -175,10 +176,11 @@ class Dpga(IterativeRecipe):
         low, high = private.length_range(plan.stage(LENGTH_RANGE), p.max_words)
         label_probs = (private.label_distribution(plan.stage(LABEL_HISTOGRAM))
                        if labels else None)
-        edges, length_probs = private.length_histogram(plan.stage(LENGTH_HISTOGRAM), low, high,
-                                                       p.length_bins)
+        edges = linear_edges(low, high, p.length_bins)
+        lengths = Lengths.from_noisy(edges, private.length_histogram(
+            plan.stage(LENGTH_HISTOGRAM), edges))
         if not p.use_length:
-            edges, length_probs = None, None
+            lengths = None
         keywords: dict[str, list[str]] = {}
         weights: dict[str, np.ndarray] = {}
         if p.use_keywords and p.keywords_per_sample:
@@ -188,7 +190,7 @@ class Dpga(IterativeRecipe):
         if p.similarity_suppression:
             tau = private.similarity_threshold(plan.stage(SIMILARITY_THRESHOLD),
                                                p.similarity_buckets)
-        meta = Metadata(labels, label_probs, edges, length_probs, keywords, weights)
+        meta = Metadata(labels, label_probs, lengths, keywords, weights)
         ctx.report({"iteration": 0, "length_range": [low, high], "tau": tau,
                     "epsilon_spent": ctx.private.spent()})
         return meta, tau

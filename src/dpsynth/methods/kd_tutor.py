@@ -1,7 +1,8 @@
 """KD-Tutor (seeds/kd-tutor.md): public candidates filtered by a PATE-style DP discriminator,
 in label proportions set by a DP label-distribution tutor.
 
-    candidates  the generator writes a pool per label from the label alone        (§3.3)
+    lengths     Laplace length histogram (a departure: the seed asks for none)
+    candidates  the generator writes a pool per label from the label and a length  (§3.3)
     tutor       Gaussian label histogram, clipped and renormalised                 (§3.5)
     teachers    M private-vs-public classifiers on disjoint partitions of units    (§3.4)
     student     trained on candidates labelled by the noisy teacher vote           (§3.4)
@@ -22,11 +23,16 @@ import logging
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from dpsynth.backends.base import Condition
 from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
+from dpsynth.methods.parts.lengths import (
+    LengthParams,
+    dp_lengths,
+    length_conditions,
+    length_stages,
+)
 from dpsynth.methods.parts.toolbox import allocate, keep_produced
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 from dpsynth.privacy.stages import STUDENT_QUERIES, TUTOR
@@ -35,9 +41,7 @@ from dpsynth.private import train_classifier
 log = logging.getLogger(__name__)
 
 
-class KdTutorParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class KdTutorParams(LengthParams):
     n_output: int = Field(2_000, ge=1, description="synthetic texts in the output")
     pool_factor: float = Field(3.0, ge=1, description="candidates for the student to rank, "
                                "per output sample")
@@ -81,7 +85,8 @@ class KdTutor(Recipe):
         if self._tutored(private):
             stages.append(StageSpec(TUTOR, "gaussian", p.tutor_fraction,
                                     sensitivity=private.records_per_unit))
-        rest = 1.0 - (p.tutor_fraction if self._tutored(private) else 0.0)
+        stages += length_stages(p, private)
+        rest = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec(STUDENT_QUERIES, p.noise, rest, max_changed=2,
                                 compositions=p.n_queries))
         return stages
@@ -133,14 +138,16 @@ class KdTutor(Recipe):
         return SyntheticSet(out_texts, out_labels if labels else None)
 
     def _candidates(self, ctx: RunContext, groups: list) -> tuple[list[str], list]:
-        """A public pool: negatives for the teachers first, then the candidates to rank."""
+        """A public pool: negatives for the teachers first, then the candidates to rank,
+        each written from its label and a length from the DP length histogram (negatives
+        too: the teachers then cannot tell private from public by length alone)."""
         p = self.params
         total = p.n_negatives + int(np.ceil(p.pool_factor * p.n_output))
-        conditions = [Condition(label=g) for g, n in
-                      zip(groups, allocate(total, np.ones(len(groups))), strict=True)
-                      for _ in range(int(n))]
-        order = np.random.default_rng([ctx.seed, 0]).permutation(len(conditions))
-        conditions = [conditions[i] for i in order]
+        labels = [g for g, n in zip(groups, allocate(total, np.ones(len(groups))), strict=True)
+                  for _ in range(int(n))]
+        rng = np.random.default_rng([ctx.seed, 0])
+        labels = [labels[i] for i in rng.permutation(len(labels))]
+        conditions = length_conditions(labels, dp_lengths(ctx, p), rng)
         return keep_produced(ctx.generator.generate(conditions), [c.label for c in conditions])
 
     def _label_proportions(self, ctx: RunContext, plan: BudgetPlan,

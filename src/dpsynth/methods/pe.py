@@ -1,7 +1,7 @@
 """Private Evolution / AUG-PE (Lin et al. 2024; Xie et al. 2024), the baseline DPGA-TextSyn
 compares against.
 
-    S_0 = random API (generate from the label alone)
+    S_0 = random API (generate from the label and a length drawn from a DP length histogram)
     repeat T:  DP nearest-neighbour histogram over S (Gaussian, counts below H zeroed)
                S' = N draws in proportion to the noisy counts
                S  = variation API (rewrite) of S'        — skipped after the last vote
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from dpsynth.backends.base import Condition
 from dpsynth.data.facts import DataFacts
@@ -34,6 +34,12 @@ from dpsynth.methods.base import (
     RunContext,
     SyntheticSet,
     label_groups,
+)
+from dpsynth.methods.parts.lengths import (
+    LengthParams,
+    dp_lengths,
+    length_conditions,
+    length_stages,
 )
 from dpsynth.methods.parts.toolbox import allocate, keep_produced
 from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
@@ -44,9 +50,7 @@ FINAL_CANDIDATES = 2
 """The last vote chooses the N outputs among this many times N candidates."""
 
 
-class PeParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class PeParams(LengthParams):
     iterations: int = Field(10, ge=1, description="T: DP votes; a rewrite follows every vote but "
                             "the last")
     n_samples: int = Field(2_000, ge=1, description="population per iteration; also the output "
@@ -76,7 +80,8 @@ class PrivateEvolution(IterativeRecipe):
         if p.label_fraction and private.has_labels:
             stages.append(StageSpec(LABEL_HISTOGRAM, "laplace", p.label_fraction,
                                     sensitivity=private.records_per_unit))
-        voting = 1.0 - (p.label_fraction if private.has_labels else 0.0)
+        stages += length_stages(p, private)
+        voting = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec(VOTING, "subsampled_gaussian", voting,
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
@@ -95,15 +100,17 @@ class PrivateEvolution(IterativeRecipe):
         return self.params.iterations
 
     def initial(self, ctx: RunContext) -> dict:
-        """S_0: generated from the label alone, labels allocated uniformly or by a DP
-        label histogram."""
+        """S_0: generated from the label and a length, labels allocated uniformly or by a DP
+        label histogram, lengths drawn from a DP length histogram (rewrites keep their
+        parent's length)."""
         p, groups = self.params, label_groups(ctx.private)
         probs = np.full(len(groups), 1.0 / len(groups))
         if p.label_fraction and ctx.private.has_labels:
             probs = ctx.private.label_distribution(ctx.plan.stage(LABEL_HISTOGRAM))
-        conditions = [Condition(label=g) for g, n in
-                      zip(groups, allocate(self._initial_size(), probs), strict=True)
-                      for _ in range(int(n))]
+        lengths = dp_lengths(ctx, p)
+        conditions = length_conditions(
+            [g for g, n in zip(groups, allocate(self._initial_size(), probs), strict=True)
+             for _ in range(int(n))], lengths, np.random.default_rng([ctx.seed, 0]))
         texts, labels = keep_produced(ctx.generator.generate(conditions),
                                       [c.label for c in conditions])
         return {"texts": texts, "labels": labels, "label_probs": probs.tolist()}
