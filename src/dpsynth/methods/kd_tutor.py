@@ -27,13 +27,14 @@ from pydantic import BaseModel, Field
 
 from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
+from dpsynth.methods.parts.distinct import generate_distinct
 from dpsynth.methods.parts.lengths import (
     LengthParams,
     dp_lengths,
     length_conditions,
     length_stages,
 )
-from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 from dpsynth.privacy.stages import STUDENT_QUERIES, TUTOR
 from dpsynth.private import train_classifier
@@ -70,6 +71,7 @@ class KdTutorParams(LengthParams):
 
 class KdTutor(Recipe):
     name: ClassVar[str] = "kd_tutor"
+    state_version: ClassVar[int] = 2  # 2: the pool's count of negatives
     Params: ClassVar[type[BaseModel]] = KdTutorParams
     params: KdTutorParams
 
@@ -116,17 +118,18 @@ class KdTutor(Recipe):
             log.warning("discriminator: labelled needs labels and the data has none: the "
                         "teachers and the student tell private from public only (binary)")
         if ctx.resumed is None:
-            pool = self._candidates(ctx, groups)
+            texts, pool_labels, negatives = self._candidates(ctx, groups)
             probs = self._label_proportions(ctx, plan, groups)
-            ctx.save(0, {"texts": pool[0], "labels": pool[1], "probs": probs.tolist()})
+            ctx.save(0, {"texts": texts, "labels": pool_labels, "negatives": negatives,
+                         "probs": probs.tolist()})
         else:
             state = ctx.resumed[1]
-            pool, probs = (state["texts"], state["labels"]), np.asarray(state["probs"])
-        texts, pool_labels = pool
+            texts, pool_labels, negatives = state["texts"], state["labels"], state["negatives"]
+            probs = np.asarray(state["probs"])
         embeddings = ctx.embed_public(texts)
-        ranked = np.arange(p.n_negatives, len(texts))
+        ranked = np.arange(negatives, len(texts))
 
-        queried, votes = self._query(ctx, plan, embeddings, ranked)
+        queried, votes = self._query(ctx, plan, embeddings[:negatives], embeddings, ranked)
         proba = self._student(ctx, embeddings[queried], votes, embeddings[ranked])
         ctx.report({"student_queries": len(queried),
                     "noisy_private_votes": int(np.count_nonzero(votes)),
@@ -137,10 +140,12 @@ class KdTutor(Recipe):
         out_labels = [groups[g] for _, g in picked]
         return SyntheticSet(out_texts, out_labels if labels else None)
 
-    def _candidates(self, ctx: RunContext, groups: list) -> tuple[list[str], list]:
-        """A public pool: negatives for the teachers first, then the candidates to rank,
-        each written from its label and a length from the DP length histogram (negatives
-        too: the teachers then cannot tell private from public by length alone)."""
+    def _candidates(self, ctx: RunContext, groups: list) -> tuple[list[str], list, int]:
+        """A public pool of distinct texts: negatives for the teachers first, then the
+        candidates to rank (so the output, chosen among them, holds each text once), each
+        written from its label and a length from the DP length histogram (negatives too: the
+        teachers then cannot tell private from public by length alone). Returns the texts,
+        their labels and how many negatives lead."""
         p = self.params
         total = p.n_negatives + int(np.ceil(p.pool_factor * p.n_output))
         labels = [g for g, n in zip(groups, allocate(total, np.ones(len(groups))), strict=True)
@@ -148,7 +153,9 @@ class KdTutor(Recipe):
         rng = np.random.default_rng([ctx.seed, 0])
         labels = [labels[i] for i in rng.permutation(len(labels))]
         conditions = length_conditions(labels, dp_lengths(ctx, p), rng)
-        return keep_produced(ctx.generator.generate(conditions), [c.label for c in conditions])
+        texts, asked = generate_distinct(ctx.generator.generate, conditions)
+        return (texts, [conditions[i].label for i in asked],
+                sum(i < p.n_negatives for i in asked))
 
     def _label_proportions(self, ctx: RunContext, plan: BudgetPlan,
                            groups: list) -> np.ndarray:
@@ -160,8 +167,8 @@ class KdTutor(Recipe):
         """Vote classes: public and private, or public and each private label."""
         return 1 + len(private.label_names) if self._labelled(private) else 2
 
-    def _query(self, ctx: RunContext, plan: BudgetPlan, embeddings: np.ndarray,
-               ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _query(self, ctx: RunContext, plan: BudgetPlan, negatives: np.ndarray,
+               embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """M discriminators, each on its partition of the private units (kd-tutor §3.4),
         against the public negatives; candidates labelled by their noisy votes, batch by
         batch, until the planned number of queries is reached or the next batch would exceed
@@ -170,7 +177,7 @@ class KdTutor(Recipe):
         order = ranked[np.random.default_rng([ctx.seed, 1]).permutation(len(ranked))]
         order = order[: p.n_queries]
         labels = ctx.private.teacher_labels(
-            plan.stage(STUDENT_QUERIES), embeddings[: p.n_negatives], embeddings[order],
+            plan.stage(STUDENT_QUERIES), negatives, embeddings[order],
             n_teachers=p.teachers, batch=p.query_batch, labelled=self._labelled(ctx.private),
             seed=ctx.seed)
         return order[: len(labels)], labels

@@ -35,6 +35,7 @@ from dpsynth.methods.base import (
     SyntheticSet,
     label_groups,
 )
+from dpsynth.methods.parts.distinct import distinct, generate_distinct
 from dpsynth.methods.parts.lengths import (
     LengthParams,
     dp_lengths,
@@ -111,9 +112,9 @@ class PrivateEvolution(IterativeRecipe):
         conditions = length_conditions(
             [g for g, n in zip(groups, allocate(self._initial_size(), probs), strict=True)
              for _ in range(int(n))], lengths, np.random.default_rng([ctx.seed, 0]))
-        texts, labels = keep_produced(ctx.generator.generate(conditions),
-                                      [c.label for c in conditions])
-        return {"texts": texts, "labels": labels, "label_probs": probs.tolist()}
+        texts, asked = generate_distinct(ctx.generator.generate, conditions)
+        return {"texts": texts, "labels": [conditions[i].label for i in asked],
+                "label_probs": probs.tolist()}
 
     def step(self, ctx: RunContext, state: dict, t: int, last: bool) -> tuple[dict, dict]:
         """DP nearest-neighbour histogram over S; S' = draws by the thresholded noisy
@@ -134,8 +135,8 @@ class PrivateEvolution(IterativeRecipe):
             rewritten, rewritten_labels = keep_produced(
                 ctx.generator.rewrite(chosen, conditions, p.rewrite_strength), chosen_labels)
             if t == p.iterations - 2:  # the last vote chooses among parents and rewrites
-                rewritten, rewritten_labels = _distinct(chosen + rewritten,
-                                                        chosen_labels + rewritten_labels)
+                rewritten, rewritten_labels = distinct(chosen + rewritten,
+                                                       chosen_labels + rewritten_labels)
             chosen, chosen_labels = rewritten, rewritten_labels
         return {**state, "texts": chosen, "labels": chosen_labels}, row
 
@@ -146,10 +147,11 @@ class PrivateEvolution(IterativeRecipe):
     def _resample(self, weights: np.ndarray, pop_labels: list, groups: list,
                   probs: list[float], rng: np.random.Generator, distinct: bool) -> list[int]:
         """Draw each label's quota in proportion to its candidates' thresholded noisy votes
-        (uniformly where none passed the threshold); `distinct` draws without replacement,
-        candidates with votes before those without, a label short of candidates (relabelling
-        moves samples between labels) passing its shortfall to labels with some to spare,
-        and repeating only when the whole population is too small."""
+        (uniformly where none passed the threshold); `distinct` draws without replacement
+        from a population of distinct texts, candidates with votes before those without, a
+        label short of candidates (relabelling moves samples between labels) passing its
+        shortfall to labels with some to spare; a population smaller than N gives fewer
+        outputs, never a repeat."""
         picked: list[int] = []
         by_label = [np.array([i for i, y in enumerate(pop_labels) if y == label],
                              dtype=np.int64) for label in groups]
@@ -163,33 +165,22 @@ class PrivateEvolution(IterativeRecipe):
             w = weights[rows]
             if distinct:
                 order = _weighted_order(w, rng)
-                picked += rows[np.resize(order, int(quota))].tolist()
+                picked += rows[order[: int(quota)]].tolist()
                 continue
             p = w / w.sum() if w.sum() > 0 else None
             picked += rows[rng.choice(len(rows), size=int(quota), p=p)].tolist()
         return picked
 
 
-def _distinct(texts: list[str], labels: list) -> tuple[list[str], list]:
-    """Each text once (its first label): draws with replacement repeat parents."""
-    first: dict[str, object] = {}
-    for text, label in zip(texts, labels, strict=True):
-        first.setdefault(text, label)
-    return list(first), list(first.values())
-
-
 def _distinct_quotas(quotas: np.ndarray, available: np.ndarray,
                      probs: np.ndarray) -> np.ndarray:
     """Quotas no larger than the candidates each label has, the shortfall moved to labels
-    with candidates to spare (in proportion to `probs`); what no label can take is put back
-    where candidates exist, to be repeated."""
+    with candidates to spare (in proportion to `probs`); what no label can take is left out."""
     total, quotas = int(quotas.sum()), np.minimum(quotas, available)
     weights = np.asarray(probs, dtype=np.float64) + 1e-12
-    while (short := total - int(quotas.sum())) > 0 and (spare := available > quotas).any():
-        quotas = np.minimum(quotas + allocate(short, np.where(spare, weights, 0.0), 0),
-                            available)
-    if short > 0 and available.any():
-        quotas = quotas + allocate(short, np.where(available > 0, weights, 0.0), 0)
+    while total > int(quotas.sum()) and (spare := available > quotas).any():
+        quotas = np.minimum(quotas + allocate(total - int(quotas.sum()),
+                                              np.where(spare, weights, 0.0), 0), available)
     return quotas
 
 
