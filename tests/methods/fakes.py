@@ -69,8 +69,8 @@ class RecordingGenerator(Generator):
 
     def rewrite(self, texts, conditions, strength=0.5):
         self._record(list(texts), [repr(c) for c in conditions])
-        return [t.split()[0] + " " + self._text(c, ("r", t)) for t, c in
-                zip(texts, conditions, strict=True)]
+        return [t.split()[0] + " " + self._text(c, ("r", i, t)) for i, (t, c) in
+                enumerate(zip(texts, conditions, strict=True))]  # copies: other rewrites
 
     def fill(self, masked_texts, conditions):
         self._record(list(masked_texts), [repr(c) for c in conditions])

@@ -42,7 +42,7 @@ from dpsynth.methods.parts.lengths import (
     length_conditions,
     length_stages,
 )
-from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
 from dpsynth.privacy.planning import StageSpec
 from dpsynth.privacy.stages import LABEL_HISTOGRAM, VOTING
@@ -132,8 +132,10 @@ class PrivateEvolution(IterativeRecipe):
         if not last:
             conditions = [Condition(label=y, length=len(x.split()))
                           for x, y in zip(chosen, chosen_labels, strict=True)]
-            rewritten, rewritten_labels = keep_produced(
-                ctx.generator.rewrite(chosen, conditions, p.rewrite_strength), chosen_labels)
+            rewritten, asked = generate_distinct(lambda rows: ctx.generator.rewrite(
+                [chosen[i] for i in rows], [conditions[i] for i in rows], p.rewrite_strength),
+                range(len(chosen)))
+            rewritten_labels = [chosen_labels[i] for i in asked]
             if t == p.iterations - 2:  # the last vote chooses among parents and rewrites
                 rewritten, rewritten_labels = distinct(chosen + rewritten,
                                                        chosen_labels + rewritten_labels)

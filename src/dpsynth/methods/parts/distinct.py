@@ -9,8 +9,11 @@ post-processing: it changes no release and spends nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
-from dpsynth.backends.base import FAILED, Condition
+from dpsynth.backends.base import FAILED
+
+R = TypeVar("R")
 
 DRAW_TRIES = 3
 """Rounds in which a request whose text repeated is asked again. A generator that keeps
@@ -34,20 +37,21 @@ def distinct(texts: Sequence[str], labels: Sequence,
     return [t for t, _ in kept], [y for _, y in kept]
 
 
-def generate_distinct(generate: Callable[[list[Condition]], Sequence[str]],
-                      conditions: Sequence[Condition], seen: Iterable[str] = (),
+def generate_distinct(generate: Callable[[list[R]], Sequence[str]], requests: Sequence[R],
+                      seen: Iterable[str] = (),
                       tries: int = DRAW_TRIES) -> tuple[list[str], list[int]]:
-    """A text per condition, each text once: a request whose text repeats an earlier one (or
-    one of `seen`) is asked again with its condition, for up to `tries` more rounds; requests
-    still without a new text, and those the backend failed (`FAILED`), are dropped. Returns
-    the texts and the indices of the conditions they answer, in request order."""
+    """A text per request (a condition, or a parent's index for an edit), each text once: a
+    request whose text repeats an earlier one (or one of `seen`) is asked again, for up to
+    `tries` more rounds (a generator's cache numbers a repeated request as a new sample);
+    requests still without a new text, and those the backend failed (`FAILED`), are dropped.
+    Returns the texts and the indices of the requests they answer, in request order."""
     keys = {text_key(t) for t in seen}
     answers: dict[int, str] = {}
-    pending = list(range(len(conditions)))
+    pending = list(range(len(requests)))
     for _ in range(1 + tries):
         if not pending:
             break
-        texts = generate([conditions[i] for i in pending])
+        texts = generate([requests[i] for i in pending])
         retry = []
         for i, text in zip(pending, texts, strict=True):
             if text == FAILED:
