@@ -11,7 +11,7 @@ import pytest
 
 from dpsynth.config import parse_config
 from dpsynth.synthesis import run
-from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, RepeatingGenerator
+from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 
 RECIPES = ["pe", "dpga", "eda", "ctcl", "dpft", "kd_tutor"]
 TINY = {
@@ -113,6 +113,8 @@ def test_no_recipe_outputs_a_text_twice_from_a_generator_that_repeats_itself(
     """Each text at most once, whitespace aside, where every generator answer comes twice
     (ctcl and dpft sample their own LM: greedily, so every request of one condition is
     answered alike); a repeat is asked again or dropped, never output."""
+    from tests.methods.fakes import RepeatingGenerator
+
     recipe, params, embedder = stand_ins
     if recipe in ("ctcl", "dpft"):
         params["temperature"] = 0.0
