@@ -146,3 +146,16 @@ def test_config_lists_every_key_from_the_models(capsys):
     assert "n_samples" in capsys.readouterr().out
     assert run_cli("config", "nonsense") == 2
     assert "no config section starts with 'nonsense'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", ["pe", "kd_tutor"])
+def test_plan_shows_the_length_histogram_of_recipes_that_ask_for_lengths(tmp_path, capsys,
+                                                                         recipe):
+    rows = ["text,label"] + [f"ticket {i},{'ab'[i % 2]}" for i in range(40)]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    path = write_config(tmp_path, tmp_path / "d.csv", labels=["a", "b"])
+    raw = yaml.safe_load(path.read_text())
+    raw["recipe"] = {"name": recipe}
+    path.write_text(yaml.safe_dump(raw))
+    main(["plan", str(path)])
+    assert "length_histogram" in capsys.readouterr().out

@@ -69,8 +69,8 @@ class RecordingGenerator(Generator):
 
     def rewrite(self, texts, conditions, strength=0.5):
         self._record(list(texts), [repr(c) for c in conditions])
-        return [t.split()[0] + " " + self._text(c, ("r", t)) for t, c in
-                zip(texts, conditions, strict=True)]
+        return [t.split()[0] + " " + self._text(c, ("r", i, t)) for i, (t, c) in
+                enumerate(zip(texts, conditions, strict=True))]  # copies: other rewrites
 
     def fill(self, masked_texts, conditions):
         self._record(list(masked_texts), [repr(c) for c in conditions])
@@ -102,3 +102,26 @@ def ticket_texts(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
 def ticket_dataset(tickets: tuple[list[str], list[str]]) -> PrivateDataset:
     """`ticket_texts` as a private dataset, its label set declared."""
     return PrivateDataset(tickets[0], labels=tickets[1], label_names=sorted(VOCAB))
+
+
+class RepeatingGenerator(RecordingGenerator):
+    """Answers every call's requests in pairs: the second of each pair repeats the first
+    with its spaces doubled (a repeat once whitespace is normalised), and a request made
+    again alone gets its first answer again, as a small pool or a greedy LM would."""
+
+    @staticmethod
+    def _pairs(out: list[str]) -> list[str]:
+        return [out[i] if i % 2 == 0 else out[i - 1].replace(" ", "  ") + " "
+                for i in range(len(out))]
+
+    def generate(self, conditions):
+        return self._pairs(super().generate(conditions))
+
+    def rewrite(self, texts, conditions, strength=0.5):
+        return self._pairs(super().rewrite(texts, conditions, strength))
+
+    def fill(self, masked_texts, conditions):
+        return self._pairs(super().fill(masked_texts, conditions))
+
+    def crossover(self, parent_groups, conditions):
+        return self._pairs(super().crossover(parent_groups, conditions))

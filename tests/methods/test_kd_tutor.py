@@ -88,7 +88,7 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
     ctx = RunContext(Private(private, ledger, NoiseSource(0), LocalEngine(embedder)), embedder,
                      RecordingGenerator(), CheckpointStore(tmp_path), seed=0, plan=plan)
     embeddings = embedder.encode([f"candidate {i}" for i in range(80)])
-    done, labels = recipe._query(ctx, plan, embeddings, np.arange(20, 80))
+    done, labels = recipe._query(ctx, plan, embeddings[:20], embeddings, np.arange(20, 80))
     assert 0 < len(done) < 40
     assert len(labels) == len(done)
     assert ledger.spent() <= 1.0

@@ -39,7 +39,44 @@ def test_keep_produced_drops_failures_and_keeps_labels_aligned():
 def test_dpga_conditions_skip_keywords_whose_weight_underflowed():
     from dpsynth.methods.dpga_metadata import Metadata
 
-    meta = Metadata(("a",), np.array([1.0]), None, None, {"a": ["x", "y", "z"]},
+    meta = Metadata(("a",), np.array([1.0]), None, {"a": ["x", "y", "z"]},
                     {"a": np.array([1.0, 0.0, 0.0])})
     conditions = meta.sample(np.random.default_rng(0), "a", 5, keywords_per_sample=3)
     assert all(c.keywords == ("x",) for c in conditions)
+
+
+def test_geometric_length_bins_keep_their_relative_width_from_tweets_to_reviews():
+    from dpsynth.methods.parts.lengths import geometric_edges
+
+    edges = geometric_edges(512, 24)
+    assert edges[0] == 1 and edges[-1] == 513 and (np.diff(edges) > 0).all()
+    wide = (np.diff(edges) / edges[:-1])[edges[:-1] >= 8]
+    assert wide.max() < 0.45  # a 15-word tweet's bin and a 300-word review's: about 30%
+    assert len(edges) == len(geometric_edges(512, 24))  # public: the config alone
+
+
+def test_length_bins_below_the_floor_are_never_drawn():
+    from dpsynth.methods.parts.lengths import Lengths
+
+    lengths = Lengths.from_noisy(np.array([1, 5, 10, 400]), np.array([2.9, 60.0, -4.0]),
+                                 floor=3.0)
+    rng = np.random.default_rng(0)
+    assert all(5 <= lengths.draw(rng) < 10 for _ in range(200))
+    assert Lengths.from_noisy(np.array([1, 5, 10]), np.array([2.0, 1.0]), floor=3.0) is None
+
+
+def test_a_repeated_generation_is_asked_again_then_dropped():
+    from dpsynth.backends.base import Condition
+    from dpsynth.methods.parts.distinct import DRAW_TRIES, generate_distinct
+
+    answers = iter(["a b", "a  b ", FAILED, "c", "c", "d"] + ["c"] * DRAW_TRIES)
+    calls = []
+
+    def generate(conditions):
+        calls.append(len(conditions))
+        return [next(answers) for _ in conditions]
+
+    conditions = [Condition(label=str(i)) for i in range(5)]
+    texts, asked = generate_distinct(generate, conditions)
+    assert texts == ["a b", "d", "c"] and asked == [0, 1, 3]  # request 1: "d" on its retry
+    assert calls == [5, 2] + [1] * (DRAW_TRIES - 1)  # FAILED is not retried; request 4 gives up

@@ -109,6 +109,26 @@ def test_every_recipe_runs_unseeded_on_tiny_stand_ins(tmp_path, tickets, stand_i
     _check(outputs, tmp_path, tickets)
 
 
+@pytest.mark.parametrize("stand_ins", RECIPES, indirect=True)
+def test_no_recipe_outputs_a_text_twice_from_a_generator_that_repeats_itself(
+        tmp_path, tickets, stand_ins):
+    """Each text at most once, whitespace aside, where every generator answer comes twice
+    (ctcl and dpft sample their own LM: greedily, so every request of one condition is
+    answered alike); a repeat is asked again or dropped, never output."""
+    from tests.methods.fakes import RepeatingGenerator
+
+    recipe, params, embedder = stand_ins
+    if recipe in ("ctcl", "dpft"):
+        params["temperature"] = 0.0
+    if recipe == "dpga":  # elites nearly the whole population: copies would be chosen
+        params |= {"iterations": 1, "n_init": 16, "n_elite": 12}
+    with _one_thread_if_torch(recipe):
+        outputs = run(_config(tmp_path, tickets, recipe, params), embedder=embedder,
+                      generator=RepeatingGenerator())
+    texts = [" ".join(t.split()) for t in outputs.result.texts]
+    assert texts and len(set(texts)) == len(texts)
+
+
 SHIPPED = {  # small sizes; every model is the shipped default, built from the config
     "pe": {"iterations": 2, "n_samples": 16},
     "dpga": {"iterations": 2, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,

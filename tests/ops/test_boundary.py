@@ -55,7 +55,7 @@ def test_every_release_is_charged_under_the_stage_it_is_handed():
     groups = np.arange(len(WORDS)) % 2
     low, high = private.length_range(plan.stage(LENGTH_RANGE), 20)
     private.label_distribution(plan.stage(LABEL_HISTOGRAM))
-    private.length_histogram(plan.stage(LENGTH_HISTOGRAM), low, high, 4)
+    private.length_histogram(plan.stage(LENGTH_HISTOGRAM), np.array([low, high + 1]))
     private.keyword_votes(plan.stage(KEYWORD_HISTOGRAM), candidates, groups)
     private.similarity_threshold(plan.stage(SIMILARITY_THRESHOLD), 8)
     private.nearest_votes(plan.stage(VOTING), candidates, groups)

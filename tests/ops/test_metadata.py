@@ -58,13 +58,11 @@ def test_label_distribution(ledger):
     np.testing.assert_allclose(probs, [0.7, 0.3], atol=1e-3)
 
 
-def test_length_histogram(ledger):
-    data = dataset([2] * 10 + [9] * 30)
-    edges, probs = dp_length_histogram(data, 1, 10, 5, Laplace(1 / BIG), ledger,
-                                       NoiseSource(0), "length_histogram")
-    assert edges[0] == 1 and edges[-1] == 11
-    assert probs[0] == pytest.approx(0.25, abs=1e-3) and probs[-1] == pytest.approx(0.75,
-                                                                                    abs=1e-3)
+def test_length_histogram_counts_lengths_in_the_public_bins_clipped_in(ledger):
+    data = dataset([2] * 10 + [9] * 30 + [40] * 5)
+    noisy = dp_length_histogram(data, np.array([1, 3, 6, 11]), Laplace(1 / BIG), ledger,
+                                NoiseSource(0), "length_histogram")
+    np.testing.assert_allclose(noisy, [10, 0, 35], atol=1e-2)  # 40 words: in the last bin
 
 
 def test_keyword_votes_stay_within_each_label(ledger):

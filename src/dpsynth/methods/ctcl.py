@@ -5,7 +5,11 @@ fine-tuning of the small public conditional LM on (topic keywords [+ label] → 
                 over (label, topic) cells when the data has labels
     training    DP-Adam (opacus) on condition → document pairs                     (§3.3)
     generation  N samples over the cells by the DP histogram, each from its topic's (§3.4)
-                keywords and its label, guided on the whole condition
+                keywords and its label, guided on the whole condition; a sample that
+                repeats an earlier one is drawn again from its condition
+
+Lengths are not asked for: the LM learns them, by DP training, from the records it writes
+like, conditioned on the same label and topic.
 
 The histogram keeps the seed's noise multiplier (10) unless `topic_noise_multiplier` is
 None; training's noise is calibrated so that everything composes to the budget by PLD.
@@ -32,7 +36,8 @@ from dpsynth.backends.label_names import with_label_names
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
-from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.distinct import generate_distinct
+from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.methods.parts.topics import TopicModel
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 from dpsynth.privacy.stages import TOPIC_HISTOGRAM, TRAINING
@@ -147,8 +152,8 @@ class Ctcl(Recipe):
             self._lm.generator(trained, p.temperature, p.top_p, ctx.seed, p.guidance),
             ctx.label_names)
         conditions = self._conditions(ctx, state)
-        texts, labels = keep_produced(generator.generate(conditions),
-                                      [c.label for c in conditions])
+        texts, asked = generate_distinct(generator.generate, conditions)
+        labels = [conditions[i].label for i in asked]
         ctx.report({"training_steps": self.params.steps, "synthetic": len(texts),
                     "epsilon_spent": ctx.private.spent()})
         return SyntheticSet(texts, labels if ctx.private.has_labels else None)

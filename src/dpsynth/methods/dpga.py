@@ -9,8 +9,10 @@ selection is a DP nearest-neighbour vote.
                → rewrite, fill, crossover, generate                            (§3.4)
 
 Per label: only private records of a label vote for that label's samples. The final output
-is the last elite set. Similarity suppression (§3.3.2) is off by default: on ag_news with the
-public pool it makes the elite set near random even without noise (docs/recipes/dpga.md).
+is the last elite set; each vote is over distinct texts (an offspring that repeats an elite,
+or another offspring, is dropped before it), so no elite set holds a text twice. Similarity
+suppression (§3.3.2) is off by default: on ag_news with the public pool it makes the elite
+set near random even without noise (docs/recipes/dpga.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from dpsynth.methods.base import (
     label_groups,
 )
 from dpsynth.methods.dpga_metadata import Metadata
+from dpsynth.methods.parts.distinct import distinct, generate_distinct
 from dpsynth.methods.parts.keywords import class_keywords
+from dpsynth.methods.parts.lengths import Lengths, linear_edges
 from dpsynth.methods.parts.suppression import select_distinct
 from dpsynth.methods.parts.toolbox import allocate, keep_produced, mask_words, softmax
 from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
@@ -150,7 +154,7 @@ class Dpga(IterativeRecipe):
         """Vote (§3.3.1), elites by noisy votes, with similarity suppression if asked
         (§3.3.2), and unless this was the last vote, the next population from them (§3.4)."""
         meta, tau = Metadata.from_json(state["metadata"]), state["tau"]
-        texts, labels = state["texts"], state["labels"]
+        texts, labels = distinct(state["texts"], state["labels"])  # elites are distinct texts
         pop_emb = ctx.embed_public(texts)
         votes, labels = vote_on_samples(ctx, texts, pop_emb, labels, label_groups(ctx.private),
                                         self.params.labels_from)
@@ -175,10 +179,11 @@ class Dpga(IterativeRecipe):
         low, high = private.length_range(plan.stage(LENGTH_RANGE), p.max_words)
         label_probs = (private.label_distribution(plan.stage(LABEL_HISTOGRAM))
                        if labels else None)
-        edges, length_probs = private.length_histogram(plan.stage(LENGTH_HISTOGRAM), low, high,
-                                                       p.length_bins)
+        edges = linear_edges(low, high, p.length_bins)
+        lengths = Lengths.from_noisy(edges, private.length_histogram(
+            plan.stage(LENGTH_HISTOGRAM), edges))
         if not p.use_length:
-            edges, length_probs = None, None
+            lengths = None
         keywords: dict[str, list[str]] = {}
         weights: dict[str, np.ndarray] = {}
         if p.use_keywords and p.keywords_per_sample:
@@ -188,7 +193,7 @@ class Dpga(IterativeRecipe):
         if p.similarity_suppression:
             tau = private.similarity_threshold(plan.stage(SIMILARITY_THRESHOLD),
                                                p.similarity_buckets)
-        meta = Metadata(labels, label_probs, edges, length_probs, keywords, weights)
+        meta = Metadata(labels, label_probs, lengths, keywords, weights)
         ctx.report({"iteration": 0, "length_range": [low, high], "tau": tau,
                     "epsilon_spent": ctx.private.spent()})
         return meta, tau
@@ -232,8 +237,8 @@ class Dpga(IterativeRecipe):
         conditions = []
         for label, count in zip(groups, allocate(n, probs), strict=True):
             conditions += meta.sample(rng, label, int(count), self.params.keywords_per_sample)
-        texts = ctx.generator.generate(conditions) if conditions else []
-        return keep_produced(texts, [c.label for c in conditions])
+        texts, asked = generate_distinct(ctx.generator.generate, conditions)
+        return texts, [conditions[i].label for i in asked]
 
     def _select(self, votes: np.ndarray, pop_emb: np.ndarray, pop_labels: list,
                 meta: Metadata, tau: float | None) -> tuple[list[int], float | None]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsynth.backends.base import Condition
+from dpsynth.methods.parts.lengths import Lengths
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,7 @@ class Metadata:
 
     label_names: tuple[str, ...] | None
     label_probs: np.ndarray | None
-    length_edges: np.ndarray | None
-    length_probs: np.ndarray | None
+    lengths: Lengths | None
     keywords: dict[str, list[str]]
     keyword_weights: dict[str, np.ndarray]
 
@@ -30,9 +30,10 @@ class Metadata:
         def arr(a):
             return None if a is None else np.asarray(a).tolist()
 
+        lengths = self.lengths.to_json() if self.lengths is not None else {}
         return {"label_names": list(self.label_names) if self.label_names else None,
-                "label_probs": arr(self.label_probs), "length_edges": arr(self.length_edges),
-                "length_probs": arr(self.length_probs), "keywords": self.keywords,
+                "label_probs": arr(self.label_probs), "length_edges": lengths.get("edges"),
+                "length_probs": lengths.get("probs"), "keywords": self.keywords,
                 "keyword_weights": {k: arr(v) for k, v in self.keyword_weights.items()}}
 
     @classmethod
@@ -40,9 +41,10 @@ class Metadata:
         def arr(a, dtype=float):
             return None if a is None else np.asarray(a, dtype=dtype)
 
+        lengths = None if data["length_edges"] is None else Lengths.from_json(
+            {"edges": data["length_edges"], "probs": data["length_probs"]})
         return cls(tuple(data["label_names"]) if data["label_names"] else None,
-                   arr(data["label_probs"]), arr(data["length_edges"], np.int64),
-                   arr(data["length_probs"]), data["keywords"],
+                   arr(data["label_probs"]), lengths, data["keywords"],
                    {k: arr(v) for k, v in data["keyword_weights"].items()})
 
     def sample(self, rng: np.random.Generator, label: str | None, n: int,
@@ -53,11 +55,7 @@ class Metadata:
         key = label if label is not None else ""
         words, weights = self.keywords.get(key, []), self.keyword_weights.get(key)
         for _ in range(n):
-            length = None
-            if self.length_edges is not None and self.length_probs is not None:
-                b = rng.choice(len(self.length_probs), p=self.length_probs)
-                length = int(rng.integers(self.length_edges[b], max(self.length_edges[b + 1],
-                                                                     self.length_edges[b] + 1)))
+            length = self.lengths.draw(rng) if self.lengths is not None else None
             chosen: tuple[str, ...] = ()
             if words:
                 # a keyword whose DP weight underflowed to 0 cannot be drawn without replacement

@@ -6,7 +6,7 @@ private data, decoded to text by an inversion decoder trained on public text.
                parents = LimitedDomain(hist, K, k); stop when empty          (Alg. 3)
                S_syn = decoded parents with perplexity < H                    (Alg. 1, 15-22)
                E_pop = N_cld draws of the EDA Gaussian of the kept parents    (Alg. 2)
-    output S_syn, topped up with decoded, filtered draws of the last Gaussian
+    output S_syn, topped up with decoded, filtered draws of the last Gaussian, each text once
 
 Decoding keeps, of the greedy text and a few sampled ones, the one the embedder puts closest
 to the embedding (`InversionDecoder.decode_closest`): public post-processing that makes the
@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dpsynth.backends import Condition, build_inversion_decoder
 from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
+from dpsynth.methods.parts.distinct import DRAW_TRIES, distinct
 from dpsynth.methods.parts.gaussian import GaussianModel, estimate
 from dpsynth.methods.parts.toolbox import allocate, keep_produced
 from dpsynth.privacy.mechanisms import LimitedDomainTopK
@@ -254,18 +255,23 @@ class Eda(IterativeRecipe):
     def _output(self, ctx: RunContext, state: dict[str, Any],
                 groups: list[str | None]) -> SyntheticSet:
         """Each label's share of the output: its last S_syn, topped up with readable
-        decodings of draws from its last Gaussian; a label never selected from falls back to
-        decodings of its public texts."""
+        decodings of draws from its last Gaussian (a label never selected from falls back to
+        decodings of its public texts); each text once over all labels, a decoding that
+        repeats one already kept replaced by further draws, for up to DRAW_TRIES more rounds."""
         quotas = allocate(self.params.n_output, np.asarray(state["shares"]))
         texts: list[str] = []
         labels: list[str | None] = []
         for g, quota in enumerate(quotas):
-            chosen = list(state["parents"][g])[: int(quota)]
-            need = int(quota) - len(chosen)
-            if need > 0:
-                pool = self._population(ctx, state, g, self.params.iterations, 2 * need)
-                chosen += self._readable(ctx, pool[: 2 * need], state["threshold"],
-                                         (self.params.iterations + 1, g))[1][:need]
+            chosen = distinct(state["parents"][g], state["parents"][g], seen=texts)[0]
+            chosen = chosen[: int(quota)]
+            for extra in range(1 + DRAW_TRIES):
+                need = int(quota) - len(chosen)
+                if need <= 0:
+                    break
+                t = self.params.iterations + extra
+                pool = self._population(ctx, state, g, t, 2 * need)
+                drawn = self._readable(ctx, pool[: 2 * need], state["threshold"], (t + 1, g))[1]
+                chosen += distinct(drawn, drawn, seen=texts + chosen)[0][:need]
             texts += chosen
             labels += [groups[g]] * len(chosen)
         return SyntheticSet(texts, labels if groups != [None] else None)

@@ -1,7 +1,8 @@
 """KD-Tutor (seeds/kd-tutor.md): public candidates filtered by a PATE-style DP discriminator,
 in label proportions set by a DP label-distribution tutor.
 
-    candidates  the generator writes a pool per label from the label alone        (§3.3)
+    lengths     Laplace length histogram (a departure: the seed asks for none)
+    candidates  the generator writes a pool per label from the label and a length  (§3.3)
     tutor       Gaussian label histogram, clipped and renormalised                 (§3.5)
     teachers    M private-vs-public classifiers on disjoint partitions of units    (§3.4)
     student     trained on candidates labelled by the noisy teacher vote           (§3.4)
@@ -22,12 +23,18 @@ import logging
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from dpsynth.backends.base import Condition
 from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
-from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.distinct import generate_distinct
+from dpsynth.methods.parts.lengths import (
+    LengthParams,
+    dp_lengths,
+    length_conditions,
+    length_stages,
+)
+from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 from dpsynth.privacy.stages import STUDENT_QUERIES, TUTOR
 from dpsynth.private import train_classifier
@@ -35,9 +42,7 @@ from dpsynth.private import train_classifier
 log = logging.getLogger(__name__)
 
 
-class KdTutorParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class KdTutorParams(LengthParams):
     n_output: int = Field(2_000, ge=1, description="synthetic texts in the output")
     pool_factor: float = Field(3.0, ge=1, description="candidates for the student to rank, "
                                "per output sample")
@@ -66,6 +71,7 @@ class KdTutorParams(BaseModel):
 
 class KdTutor(Recipe):
     name: ClassVar[str] = "kd_tutor"
+    state_version: ClassVar[int] = 2  # 2: the pool's count of negatives
     Params: ClassVar[type[BaseModel]] = KdTutorParams
     params: KdTutorParams
 
@@ -81,7 +87,8 @@ class KdTutor(Recipe):
         if self._tutored(private):
             stages.append(StageSpec(TUTOR, "gaussian", p.tutor_fraction,
                                     sensitivity=private.records_per_unit))
-        rest = 1.0 - (p.tutor_fraction if self._tutored(private) else 0.0)
+        stages += length_stages(p, private)
+        rest = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec(STUDENT_QUERIES, p.noise, rest, max_changed=2,
                                 compositions=p.n_queries))
         return stages
@@ -111,17 +118,18 @@ class KdTutor(Recipe):
             log.warning("discriminator: labelled needs labels and the data has none: the "
                         "teachers and the student tell private from public only (binary)")
         if ctx.resumed is None:
-            pool = self._candidates(ctx, groups)
+            texts, pool_labels, negatives = self._candidates(ctx, groups)
             probs = self._label_proportions(ctx, plan, groups)
-            ctx.save(0, {"texts": pool[0], "labels": pool[1], "probs": probs.tolist()})
+            ctx.save(0, {"texts": texts, "labels": pool_labels, "negatives": negatives,
+                         "probs": probs.tolist()})
         else:
             state = ctx.resumed[1]
-            pool, probs = (state["texts"], state["labels"]), np.asarray(state["probs"])
-        texts, pool_labels = pool
+            texts, pool_labels, negatives = state["texts"], state["labels"], state["negatives"]
+            probs = np.asarray(state["probs"])
         embeddings = ctx.embed_public(texts)
-        ranked = np.arange(p.n_negatives, len(texts))
+        ranked = np.arange(negatives, len(texts))
 
-        queried, votes = self._query(ctx, plan, embeddings, ranked)
+        queried, votes = self._query(ctx, plan, embeddings[:negatives], embeddings, ranked)
         proba = self._student(ctx, embeddings[queried], votes, embeddings[ranked])
         ctx.report({"student_queries": len(queried),
                     "noisy_private_votes": int(np.count_nonzero(votes)),
@@ -132,16 +140,22 @@ class KdTutor(Recipe):
         out_labels = [groups[g] for _, g in picked]
         return SyntheticSet(out_texts, out_labels if labels else None)
 
-    def _candidates(self, ctx: RunContext, groups: list) -> tuple[list[str], list]:
-        """A public pool: negatives for the teachers first, then the candidates to rank."""
+    def _candidates(self, ctx: RunContext, groups: list) -> tuple[list[str], list, int]:
+        """A public pool of distinct texts: negatives for the teachers first, then the
+        candidates to rank (so the output, chosen among them, holds each text once), each
+        written from its label and a length from the DP length histogram (negatives too: the
+        teachers then cannot tell private from public by length alone). Returns the texts,
+        their labels and how many negatives lead."""
         p = self.params
         total = p.n_negatives + int(np.ceil(p.pool_factor * p.n_output))
-        conditions = [Condition(label=g) for g, n in
-                      zip(groups, allocate(total, np.ones(len(groups))), strict=True)
-                      for _ in range(int(n))]
-        order = np.random.default_rng([ctx.seed, 0]).permutation(len(conditions))
-        conditions = [conditions[i] for i in order]
-        return keep_produced(ctx.generator.generate(conditions), [c.label for c in conditions])
+        labels = [g for g, n in zip(groups, allocate(total, np.ones(len(groups))), strict=True)
+                  for _ in range(int(n))]
+        rng = np.random.default_rng([ctx.seed, 0])
+        labels = [labels[i] for i in rng.permutation(len(labels))]
+        conditions = length_conditions(labels, dp_lengths(ctx, p), rng)
+        texts, asked = generate_distinct(ctx.generator.generate, conditions)
+        return (texts, [conditions[i].label for i in asked],
+                sum(i < p.n_negatives for i in asked))
 
     def _label_proportions(self, ctx: RunContext, plan: BudgetPlan,
                            groups: list) -> np.ndarray:
@@ -153,8 +167,8 @@ class KdTutor(Recipe):
         """Vote classes: public and private, or public and each private label."""
         return 1 + len(private.label_names) if self._labelled(private) else 2
 
-    def _query(self, ctx: RunContext, plan: BudgetPlan, embeddings: np.ndarray,
-               ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _query(self, ctx: RunContext, plan: BudgetPlan, negatives: np.ndarray,
+               embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """M discriminators, each on its partition of the private units (kd-tutor §3.4),
         against the public negatives; candidates labelled by their noisy votes, batch by
         batch, until the planned number of queries is reached or the next batch would exceed
@@ -163,7 +177,7 @@ class KdTutor(Recipe):
         order = ranked[np.random.default_rng([ctx.seed, 1]).permutation(len(ranked))]
         order = order[: p.n_queries]
         labels = ctx.private.teacher_labels(
-            plan.stage(STUDENT_QUERIES), embeddings[: p.n_negatives], embeddings[order],
+            plan.stage(STUDENT_QUERIES), negatives, embeddings[order],
             n_teachers=p.teachers, batch=p.query_batch, labelled=self._labelled(ctx.private),
             seed=ctx.seed)
         return order[: len(labels)], labels

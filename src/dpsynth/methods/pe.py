@@ -1,7 +1,7 @@
 """Private Evolution / AUG-PE (Lin et al. 2024; Xie et al. 2024), the baseline DPGA-TextSyn
 compares against.
 
-    S_0 = random API (generate from the label alone)
+    S_0 = random API (generate from the label and a length drawn from a DP length histogram)
     repeat T:  DP nearest-neighbour histogram over S (Gaussian, counts below H zeroed)
                S' = N draws in proportion to the noisy counts
                S  = variation API (rewrite) of S'        — skipped after the last vote
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from dpsynth.backends.base import Condition
 from dpsynth.data.facts import DataFacts
@@ -35,7 +35,14 @@ from dpsynth.methods.base import (
     SyntheticSet,
     label_groups,
 )
-from dpsynth.methods.parts.toolbox import allocate, keep_produced
+from dpsynth.methods.parts.distinct import distinct, generate_distinct
+from dpsynth.methods.parts.lengths import (
+    LengthParams,
+    dp_lengths,
+    length_conditions,
+    length_stages,
+)
+from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.methods.parts.votes import LabelsFrom, vote_on_samples
 from dpsynth.privacy.planning import StageSpec
 from dpsynth.privacy.stages import LABEL_HISTOGRAM, VOTING
@@ -44,9 +51,7 @@ FINAL_CANDIDATES = 2
 """The last vote chooses the N outputs among this many times N candidates."""
 
 
-class PeParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class PeParams(LengthParams):
     iterations: int = Field(10, ge=1, description="T: DP votes; a rewrite follows every vote but "
                             "the last")
     n_samples: int = Field(2_000, ge=1, description="population per iteration; also the output "
@@ -76,7 +81,8 @@ class PrivateEvolution(IterativeRecipe):
         if p.label_fraction and private.has_labels:
             stages.append(StageSpec(LABEL_HISTOGRAM, "laplace", p.label_fraction,
                                     sensitivity=private.records_per_unit))
-        voting = 1.0 - (p.label_fraction if private.has_labels else 0.0)
+        stages += length_stages(p, private)
+        voting = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec(VOTING, "subsampled_gaussian", voting,
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
@@ -95,18 +101,20 @@ class PrivateEvolution(IterativeRecipe):
         return self.params.iterations
 
     def initial(self, ctx: RunContext) -> dict:
-        """S_0: generated from the label alone, labels allocated uniformly or by a DP
-        label histogram."""
+        """S_0: generated from the label and a length, labels allocated uniformly or by a DP
+        label histogram, lengths drawn from a DP length histogram (rewrites keep their
+        parent's length)."""
         p, groups = self.params, label_groups(ctx.private)
         probs = np.full(len(groups), 1.0 / len(groups))
         if p.label_fraction and ctx.private.has_labels:
             probs = ctx.private.label_distribution(ctx.plan.stage(LABEL_HISTOGRAM))
-        conditions = [Condition(label=g) for g, n in
-                      zip(groups, allocate(self._initial_size(), probs), strict=True)
-                      for _ in range(int(n))]
-        texts, labels = keep_produced(ctx.generator.generate(conditions),
-                                      [c.label for c in conditions])
-        return {"texts": texts, "labels": labels, "label_probs": probs.tolist()}
+        lengths = dp_lengths(ctx, p)
+        conditions = length_conditions(
+            [g for g, n in zip(groups, allocate(self._initial_size(), probs), strict=True)
+             for _ in range(int(n))], lengths, np.random.default_rng([ctx.seed, 0]))
+        texts, asked = generate_distinct(ctx.generator.generate, conditions)
+        return {"texts": texts, "labels": [conditions[i].label for i in asked],
+                "label_probs": probs.tolist()}
 
     def step(self, ctx: RunContext, state: dict, t: int, last: bool) -> tuple[dict, dict]:
         """DP nearest-neighbour histogram over S; S' = draws by the thresholded noisy
@@ -124,11 +132,13 @@ class PrivateEvolution(IterativeRecipe):
         if not last:
             conditions = [Condition(label=y, length=len(x.split()))
                           for x, y in zip(chosen, chosen_labels, strict=True)]
-            rewritten, rewritten_labels = keep_produced(
-                ctx.generator.rewrite(chosen, conditions, p.rewrite_strength), chosen_labels)
+            rewritten, asked = generate_distinct(lambda rows: ctx.generator.rewrite(
+                [chosen[i] for i in rows], [conditions[i] for i in rows], p.rewrite_strength),
+                range(len(chosen)))
+            rewritten_labels = [chosen_labels[i] for i in asked]
             if t == p.iterations - 2:  # the last vote chooses among parents and rewrites
-                rewritten, rewritten_labels = _distinct(chosen + rewritten,
-                                                        chosen_labels + rewritten_labels)
+                rewritten, rewritten_labels = distinct(chosen + rewritten,
+                                                       chosen_labels + rewritten_labels)
             chosen, chosen_labels = rewritten, rewritten_labels
         return {**state, "texts": chosen, "labels": chosen_labels}, row
 
@@ -139,10 +149,11 @@ class PrivateEvolution(IterativeRecipe):
     def _resample(self, weights: np.ndarray, pop_labels: list, groups: list,
                   probs: list[float], rng: np.random.Generator, distinct: bool) -> list[int]:
         """Draw each label's quota in proportion to its candidates' thresholded noisy votes
-        (uniformly where none passed the threshold); `distinct` draws without replacement,
-        candidates with votes before those without, a label short of candidates (relabelling
-        moves samples between labels) passing its shortfall to labels with some to spare,
-        and repeating only when the whole population is too small."""
+        (uniformly where none passed the threshold); `distinct` draws without replacement
+        from a population of distinct texts, candidates with votes before those without, a
+        label short of candidates (relabelling moves samples between labels) passing its
+        shortfall to labels with some to spare; a population smaller than N gives fewer
+        outputs, never a repeat."""
         picked: list[int] = []
         by_label = [np.array([i for i, y in enumerate(pop_labels) if y == label],
                              dtype=np.int64) for label in groups]
@@ -156,33 +167,22 @@ class PrivateEvolution(IterativeRecipe):
             w = weights[rows]
             if distinct:
                 order = _weighted_order(w, rng)
-                picked += rows[np.resize(order, int(quota))].tolist()
+                picked += rows[order[: int(quota)]].tolist()
                 continue
             p = w / w.sum() if w.sum() > 0 else None
             picked += rows[rng.choice(len(rows), size=int(quota), p=p)].tolist()
         return picked
 
 
-def _distinct(texts: list[str], labels: list) -> tuple[list[str], list]:
-    """Each text once (its first label): draws with replacement repeat parents."""
-    first: dict[str, object] = {}
-    for text, label in zip(texts, labels, strict=True):
-        first.setdefault(text, label)
-    return list(first), list(first.values())
-
-
 def _distinct_quotas(quotas: np.ndarray, available: np.ndarray,
                      probs: np.ndarray) -> np.ndarray:
     """Quotas no larger than the candidates each label has, the shortfall moved to labels
-    with candidates to spare (in proportion to `probs`); what no label can take is put back
-    where candidates exist, to be repeated."""
+    with candidates to spare (in proportion to `probs`); what no label can take is left out."""
     total, quotas = int(quotas.sum()), np.minimum(quotas, available)
     weights = np.asarray(probs, dtype=np.float64) + 1e-12
-    while (short := total - int(quotas.sum())) > 0 and (spare := available > quotas).any():
-        quotas = np.minimum(quotas + allocate(short, np.where(spare, weights, 0.0), 0),
-                            available)
-    if short > 0 and available.any():
-        quotas = quotas + allocate(short, np.where(available > 0, weights, 0.0), 0)
+    while total > int(quotas.sum()) and (spare := available > quotas).any():
+        quotas = np.minimum(quotas + allocate(total - int(quotas.sum()),
+                                              np.where(spare, weights, 0.0), 0), available)
     return quotas
 
 

@@ -91,11 +91,11 @@ class Private:
         return dp_length_range(self._data, stage.mechanism, max_words, self._ledger,
                                self._noise, stage.name)
 
-    def length_histogram(self, stage: StagePlan, low: int, high: int,
-                         n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-        """Bin edges and the distribution over bins of lengths in [low, high]."""
-        return dp_length_histogram(self._data, low, high, n_bins, stage.mechanism,
-                                   self._ledger, self._noise, stage.name)
+    def length_histogram(self, stage: StagePlan, edges: np.ndarray) -> np.ndarray:
+        """Noisy count of texts per length bin [edges[i], edges[i+1]) in words (the public
+        edges fixed by the config or by earlier releases; lengths outside clipped in)."""
+        return dp_length_histogram(self._data, edges, stage.mechanism, self._ledger,
+                                   self._noise, stage.name)
 
     def keyword_votes(self, stage: StagePlan, keyword_embeddings: np.ndarray,
                       keyword_labels: np.ndarray | None) -> np.ndarray:

@@ -69,19 +69,14 @@ def dp_length_range(private: PrivateDataset, mechanism: AboveThreshold, max_word
     return min(low, max(high, 1)), max(high, 1)
 
 
-def dp_length_histogram(private: PrivateDataset, low: int, high: int, n_bins: int,
-                        mechanism: Laplace, ledger: PrivacyLedger, noise: NoiseSource,
-                        stage: str) -> tuple[np.ndarray, np.ndarray]:
-    """Laplace histogram of lengths in [low, high] over `n_bins` bins (lengths clipped in).
-
-    Returns the bin edges (n_bins + 1 integers, possibly fewer bins for a narrow range) and
-    the distribution over bins.
-    """
-    edges = np.unique(np.linspace(low, high + 1, n_bins + 1).round().astype(np.int64))
-    lengths = np.clip(word_lengths(private.texts(Access.LEDGERED_OP)), low, high)
+def dp_length_histogram(private: PrivateDataset, edges: np.ndarray, mechanism: Laplace,
+                        ledger: PrivacyLedger, noise: NoiseSource, stage: str) -> np.ndarray:
+    """Laplace histogram of lengths in words over the public bins [edges[i], edges[i+1]),
+    lengths clipped into [edges[0], edges[-1] - 1]: the noisy count per bin."""
+    edges = np.asarray(edges, dtype=np.int64)
+    lengths = np.clip(word_lengths(private.texts(Access.LEDGERED_OP)), edges[0], edges[-1] - 1)
     counts, _ = np.histogram(lengths, bins=edges)
-    noisy = noisy_histogram(counts, mechanism, ledger, noise, stage)
-    return edges, to_distribution(noisy)
+    return noisy_histogram(counts, mechanism, ledger, noise, stage)
 
 
 def dp_keyword_votes(voters: Voters, keyword_embeddings: np.ndarray,
