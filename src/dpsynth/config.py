@@ -44,8 +44,11 @@ class RecipeConfig(BaseModel):
 class OutputConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dir: Path = Path("runs/latest")
-    format: Format = "csv"
+    dir: Path = Field(Path("runs/latest"), description="the run folder: synthetic set, "
+                      "privacy.json, metrics.jsonl, run.log, checkpoints; a folder with an "
+                      "unfinished run resumes it")
+    format: Format = Field("csv", description="the synthetic set's format: csv, tsv, jsonl, "
+                           "parquet or hf")
 
 
 class HeldOutConfig(BaseModel):

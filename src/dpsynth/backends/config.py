@@ -15,8 +15,8 @@ class Price(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: float = Field(ge=0)
-    output: float = Field(0.0, ge=0)
+    input: float = Field(ge=0, description="US dollars per million prompt tokens")
+    output: float = Field(0.0, ge=0, description="US dollars per million completion tokens")
 
 
 class HttpConfig(BaseModel):
@@ -24,12 +24,14 @@ class HttpConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    requests_per_minute: float | None = Field(None, gt=0)
-    tokens_per_minute: float | None = Field(None, gt=0)
+    requests_per_minute: float | None = Field(None, gt=0, description="the server's request "
+                                              "rate limit; requests are paced under it")
+    tokens_per_minute: float | None = Field(None, gt=0, description="the server's token rate "
+                                            "limit; requests are paced under it")
     timeout_s: float = Field(60.0, gt=0, description="per request, connect to last byte")
     max_retries: int = Field(6, ge=0, description="retries of one request on 429/5xx/timeouts")
     backoff_s: float = Field(1.0, gt=0, description="first backoff; doubles each retry")
-    max_backoff_s: float = Field(60.0, gt=0)
+    max_backoff_s: float = Field(60.0, gt=0, description="the longest wait between retries")
     api_version: str | None = Field(
         None, description="Azure-style endpoint: sent as ?api-version= with an api-key header"
     )
@@ -45,11 +47,13 @@ REMOTE_EMBEDDING_ASSUMPTION = (  # privacy.json "assumes" and the report
 class EmbedderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["minilm", "sentence-transformers", "openai", "tfidf"] = "minilm"
+    name: Literal["minilm", "sentence-transformers", "openai", "tfidf"] = Field(
+        "minilm", description="the bundled all-MiniLM-L6-v2, a local sentence-transformers "
+        "folder, an OpenAI-compatible embeddings endpoint, or TF-IDF/LSA fitted on public text")
     model: str | None = Field(None, description="model path or name, where the backend takes one")
-    base_url: str | None = None
+    base_url: str | None = Field(None, description="openai: the server's URL, up to /v1")
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
-    batch_size: int = Field(64, gt=0)
+    batch_size: int = Field(64, gt=0, description="texts embedded per call")
     concurrency: int = Field(4, gt=0, description="openai: requests in flight at once")
     allow_remote_on_private: bool = Field(
         False, description="explicit opt-in to send private text to a remote embedder"
@@ -62,8 +66,9 @@ class EmbedderConfig(BaseModel):
         None, description="tfidf: a PUBLIC text file (.txt one text per line, or csv/jsonl/"
         "parquet/hf with fit_text_column) the vectoriser is fit on; never the private data"
     )
-    fit_text_column: str = "text"
-    http: HttpConfig = HttpConfig()
+    fit_text_column: str = Field("text", description="tfidf: the column of fit_texts to read "
+                                 "(a table)")
+    http: HttpConfig = Field(HttpConfig(), description="openai: rate limits, timeouts, retries")
     price: Price | None = Field(None, description="overrides the built-in price table")
     cache: Path | None = Field(
         None, description="SQLite file caching embeddings of public and synthetic text"
@@ -81,13 +86,14 @@ class GeneratorConfig(BaseModel):
         "smollm", description="smollm: SmolLM2-135M-Instruct on this machine; offline: the "
         "7.4M LM dpsynth trained; openai: an OpenAI-compatible server; hf: a local Hugging "
         "Face model folder; pool: DP selection among public texts (docs/backends.md)")
-    model: str | None = None
+    model: str | None = Field(None, description="openai: the served model's name; hf: a local "
+                              "model folder")
     base_url: str | list[str] | None = Field(
         None, description="openai: the server, or a list of servers of the same model: "
         "requests are spread over them (concurrency each), a failed one is retried on the "
         "next, and the health check drops a dead one with a warning"
     )
-    api_key_env: str | None = None
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
     concurrency: int = Field(8, gt=0, description="openai: requests in flight at once")
     temperature: float | None = Field(
         None, ge=0, description="default: 0.7 for smollm (at 1.0 a 135M model drifts off "
@@ -117,7 +123,7 @@ class GeneratorConfig(BaseModel):
                        "weights (about 2x faster; held-out perplexity +0.3%; "
                        "docs/offline_generator.md)")
     device: str | None = Field(None, description="hf: torch device (default cpu)")
-    http: HttpConfig = HttpConfig()
+    http: HttpConfig = Field(HttpConfig(), description="openai: rate limits, timeouts, retries")
     price: Price | None = Field(None, description="overrides the built-in price table")
     dry_run: bool = Field(
         False, description="count calls and tokens, send nothing, return placeholder text"
@@ -214,7 +220,8 @@ class ExecutorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["local", "ray"] = "local"
+    name: Literal["local", "ray"] = Field("local", description="local: in this process; ray: "
+                                          "sharded over Ray actors")
     address: str | None = Field(
         None, description="ray: null starts a cluster of this machine's own, bound to "
         "127.0.0.1 and stopped with the run; 'auto' joins the cluster `ray start` runs here; "

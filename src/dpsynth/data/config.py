@@ -22,10 +22,11 @@ class DataConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: Path
+    path: Path = Field(description="the private set: CSV, TSV, JSONL, Parquet, or a folder "
+                       "saved with datasets.Dataset.save_to_disk; relative to the config file")
     format: Format | None = Field(None, description="inferred from the suffix when omitted")
-    text_column: str = "text"
-    label_column: str | None = None
+    text_column: str = Field("text", description="the column holding the private text")
+    label_column: str | None = Field(None, description="an optional class label column")
     labels: list[str] | None = Field(
         None,
         description="the public label domain; a run with data.label_column needs it (it is "
@@ -42,7 +43,9 @@ class DataConfig(BaseModel):
     )
     max_chars: int = Field(4000, gt=0, le=1_000_000, description="cap on a text's length in "
                            "characters: bounds what one record can cost a later step")
-    over_length: Literal["truncate", "reject"] = "truncate"
+    over_length: Literal["truncate", "reject"] = Field(
+        "truncate", description="what to do with a text over max_chars: cut it, or refuse the "
+        "data naming the row")
     duplicates: Literal["keep", "drop"] = Field(
         "keep", description="`drop` removes a text a user repeats (needs user_column); texts "
         "repeated across units are always kept, each unit its own"
