@@ -91,7 +91,7 @@ class HFGenerator(PromptedGenerator):
         size = self.batch_size
         starts = range(0, len(texts), size)
         out: list[str] = []
-        for start in track(starts, "generating", total=len(starts)):
+        for start in track(starts, "generating", total=len(starts), log_progress=True):
             out += self._sample(texts[start : start + size])
         return out
 

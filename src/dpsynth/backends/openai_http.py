@@ -203,7 +203,8 @@ class OpenAIHttpClient:
                    for index, (payload, estimate) in enumerate(zip(payloads, token_estimates,
                                                                    strict=True))]
         try:
-            for future in track(as_completed(futures), "requests", total=len(futures)):
+            for future in track(as_completed(futures), "requests", total=len(futures),
+                                log_progress=True):
                 future.result()  # re-raises a BackendError from any request at once
         except BaseException:  # that, or Ctrl-C: send nothing more from this batch
             abort.set()

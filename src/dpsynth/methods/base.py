@@ -202,7 +202,8 @@ class IterativeRecipe(Recipe):
             ctx.save(0, state)
         else:
             start, state = ctx.resumed
-        for t in track(range(start, self.iterations()), f"{self.name} iterations"):
+        for t in track(range(start, self.iterations()), f"{self.name} iterations",
+                           log_progress=True):
             if self.finished(state):
                 break
             state, row = self.step(ctx, state, t, last=t + 1 == self.iterations())

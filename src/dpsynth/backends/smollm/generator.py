@@ -111,7 +111,7 @@ class SmolLMGenerator(PromptedGenerator):
                                                            len(ids[i])))
         batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
         out = [""] * len(prompts)
-        for batch in track(batches, "generating", total=len(batches)):
+        for batch in track(batches, "generating", total=len(batches), log_progress=True):
             texts = self._sample([ids[i] for i in batch],
                                  max(self._budget(prompts[i]) for i in batch))
             for i, text in zip(batch, texts, strict=True):

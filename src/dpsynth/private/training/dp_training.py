@@ -149,7 +149,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
         model, optimizer, loader, config, noise_generator)
     every = checkpoints.every if checkpoints else config.steps
     try:
-        for step in track(range(start, config.steps), "DP fine-tuning"):
+        for step in track(range(start, config.steps), "DP fine-tuning", log_progress=True):
             if checkpoints and step > start and step % every == 0:
                 checkpoints.save(step, model, optimizer)
             batch, batch_lengths = _fresh_batch(private.loader, next_key(), noise_generator)
