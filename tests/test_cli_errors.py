@@ -156,3 +156,18 @@ def test_a_run_refused_by_validation_leaves_no_output_folder(tmp_path, capsys):
     assert run_cli("run", str(config)) == 2
     assert "row 2, field 'text'" in one_line_error(capsys)
     assert not (tmp_path / "out").exists()
+
+
+def test_declared_labels_are_listed_as_declared_and_config_errors_name_their_key(tmp_path,
+                                                                                 capsys):
+    rows = [("the parcel is late", "0"), ("refund my card", "1"), ("hello", "7")] * 3
+    config = write_config(tmp_path, rows=rows, data={"labels": [0, 1]})
+    assert run_cli("plan", str(config)) == 2
+    line = one_line_error(capsys)
+    assert "data.labels [0, 1]" in line and "'0'" not in line
+    raw = yaml.safe_load(config.read_text())
+    del raw["data"]["labels"]
+    config.write_text(yaml.safe_dump(raw))
+    assert run_cli("plan", str(config)) == 2
+    line = one_line_error(capsys)
+    assert "data.labels: declare the label set" in line and "top level" not in line
