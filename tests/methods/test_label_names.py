@@ -82,13 +82,13 @@ def test_dp_lm_recipes_train_and_sample_on_the_names(tmp_path, tickets, tiny_lm,
     documents, conditions = [], []
     real = ctcl.build_trainable_lm
 
-    def recording_lm(model):
-        lm = real(model)
-        document_ids, generator = lm.document_ids, lm.generator
+    def recording_lm(model, lora_rank):
+        lm = real(model, lora_rank)
+        document, generator = lm.document, lm.generator
 
         def record_document(label, keywords, text):
             documents.append(label)
-            return document_ids(label, keywords, text)
+            return document(label, keywords, text)
 
         def record_generator(*args):
             inner = generator(*args)
@@ -101,7 +101,7 @@ def test_dp_lm_recipes_train_and_sample_on_the_names(tmp_path, tickets, tiny_lm,
             monkeypatch.setattr(inner, "generate", generate)
             return inner
 
-        monkeypatch.setattr(lm, "document_ids", record_document)
+        monkeypatch.setattr(lm, "document", record_document)
         monkeypatch.setattr(lm, "generator", record_generator)
         return lm
 

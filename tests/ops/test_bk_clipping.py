@@ -47,16 +47,18 @@ def per_sample_loss(model, batch, lengths):
 
 
 def reference(model, docs, max_grad_norm):
-    """Σ_b clip(∇ loss_b), each sample's gradient from a batch of that sample alone, unpadded."""
-    total = {name: torch.zeros_like(p) for name, p in model.named_parameters()}
+    """Σ_b clip(∇ loss_b) over the trainable parameters, each sample's gradient from a batch
+    of that sample alone, unpadded."""
+    trained = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    total = {name: torch.zeros_like(p) for name, p in trained}
     norms = []
     for doc in docs:
         model.zero_grad()
         ids = torch.tensor([doc])
         per_sample_loss(model, ids, torch.tensor([len(doc)])).sum().backward()
-        norm = torch.sqrt(sum(p.grad.square().sum() for p in model.parameters()))
+        norm = torch.sqrt(sum(p.grad.square().sum() for _, p in trained))
         factor = min(1.0, max_grad_norm / (float(norm) + 1e-6))
-        for name, p in model.named_parameters():
+        for name, p in trained:
             total[name] += factor * p.grad
         norms.append(float(norm))
     model.zero_grad()
@@ -170,3 +172,52 @@ def test_unsupported_trainable_layers_are_refused():
 def test_tied_weights_are_refused():
     with pytest.raises(TypeError, match="untie"):
         BookKeepingClipper(model_(tied=True))
+
+
+def llama_(seed=0, lora_rank=0, dtype=torch.float64):
+    """A tiny Llama (RMSNorm, rotary positions, gated MLP) as SmolLM2 is built, untied; with
+    `lora_rank`, peft's LoRA adapters on every linear layer, set off zero so they matter."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=24,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=32, tie_word_embeddings=False,
+                         bos_token_id=EOS, eos_token_id=EOS, pad_token_id=EOS)
+    model = LlamaForCausalLM(config).to(dtype)
+    if not lora_rank:
+        return model
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(model, peft.LoraConfig(
+        r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, target_modules=[
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    return model
+
+
+def trained_grads(grads, model):
+    return {name: grads[name] for name, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])  # 0: RMSNorm and all; 4: LoRA adapters only
+def test_clipped_sum_matches_clipping_one_example_at_a_time_on_llama(lora_rank):
+    docs = documents([12, 5, 9, 3, 12, 7])
+    _, ref_norms = reference(llama_(lora_rank=lora_rank), docs, max_grad_norm=1e9)
+    clip = float(ref_norms.median())
+    model = llama_(lora_rank=lora_rank)
+    expected, _ = reference(llama_(lora_rank=lora_rank), docs, max_grad_norm=clip)
+    got, norms = bk_clipped(model, docs, max_grad_norm=clip)
+    assert torch.allclose(norms.double(), ref_norms, rtol=1e-9)
+    trained = trained_grads(expected, model)
+    assert any("norm" in name for name in trained) == (lora_rank == 0)
+    assert all("lora_" in name for name in trained) == (lora_rank > 0)
+    for name, grad in trained.items():
+        assert torch.allclose(got[name], grad, rtol=1e-8, atol=1e-11), name
+
+
+def test_a_prompt_before_its_start_is_context_not_target():
+    batch = pad_batch([[5, 6, 7, 8, EOS], [7, 9, EOS]], 6, EOS)
+    _, targets, _ = shifted_batch(batch, torch.tensor([5, 3]), torch.tensor([3, 1]))
+    assert targets.tolist() == [[IGNORE, IGNORE, 8, EOS], [9, EOS, IGNORE, IGNORE]]

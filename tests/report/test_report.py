@@ -220,8 +220,10 @@ def test_majority_class_and_real_train_reference(run_dir):
 
 def test_a_recipe_that_samples_its_own_lm_is_not_reported_as_using_the_generator(run_dir):
     config = json.loads((run_dir / "config.json").read_text())
-    config["recipe"] = {"name": "dpft", "params": {"steps": 3}}
-    (run_dir / "config.json").write_text(json.dumps(config))
-    run = _section(write_report(run_dir).read_text(encoding="utf-8"), "run")
-    assert "the shipped offline LM, fine-tuned with DP by dpft" in run
-    assert "hf (tiny-lm)" not in run
+    for params, named in [({"steps": 3}, "SmolLM2-135M-Instruct (LoRA adapters)"),
+                          ({"model": "offline"}, "the shipped offline LM")]:
+        config["recipe"] = {"name": "dpft", "params": params}
+        (run_dir / "config.json").write_text(json.dumps(config))
+        run = _section(write_report(run_dir).read_text(encoding="utf-8"), "run")
+        assert f"{named}, fine-tuned with DP by dpft" in run
+        assert "hf (tiny-lm)" not in run

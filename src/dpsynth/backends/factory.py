@@ -168,11 +168,17 @@ def build_generator(cfg: GeneratorConfig, base_dir: Path | None = None) -> Gener
     return generator
 
 
-def build_trainable_lm(source: str | Path | None = None):
-    """A local LM a recipe can DP-fine-tune and sample from (the shipped one by default)."""
+def build_trainable_lm(source: str | Path | None = None, lora_rank: int = 0):
+    """A local LM a recipe can DP-fine-tune and sample from: SmolLM2 (with LoRA adapters of
+    `lora_rank`, 0 for none) when `source` is None, the shipped offline LM for 'offline', else
+    the offline-format model folder `source`."""
+    if source is None:
+        from dpsynth.backends.smollm.trainable import SmolLMTrainable
+
+        return SmolLMTrainable(lora_rank)
     from dpsynth.backends.offline.trainable import TrainableLM
 
-    return TrainableLM(source)
+    return TrainableLM(None if str(source) == "offline" else source)
 
 
 def build_inversion_decoder(folder: str | Path | None = None):

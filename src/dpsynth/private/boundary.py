@@ -154,7 +154,7 @@ class Private:
         topics = (None if conditioning.centroids is None
                   else self._voters().nearest(conditioning.centroids))
         self.close()
-        sequences = training_sequences(self._data, lambda i, label, text: lm.document_ids(
+        documents = training_sequences(self._data, lambda i, label, text: lm.document(
             conditioning.label_name(label),
             conditioning.keywords[topics[i]] if topics is not None else (), text))
         config = DpTraining(steps=stage.spec.compositions,
@@ -163,8 +163,9 @@ class Private:
                             expected_batch_size=max(1, round(stage.spec.sampling_rate
                                                              * self._data.n_units)),
                             **settings)
-        dp_finetune(lm.fresh_model(), sequences, lm.pad_id, config, self._ledger, stage.name,
-                    stage.release_event, self._noise.random_key, checkpoints)
+        dp_finetune(lm.fresh_model(), [ids for ids, _ in documents], lm.pad_id, config,
+                    self._ledger, stage.name, stage.release_event, self._noise.random_key,
+                    checkpoints, starts=[start for _, start in documents])
 
     # -- kd_tutor ----------------------------------------------------------------------------
 

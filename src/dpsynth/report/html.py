@@ -208,7 +208,11 @@ def _generator(config: dict) -> str:
     except (ImportError, AttributeError, TypeError):
         own = False
     if own:
-        model = config["recipe"].get("params", {}).get("model") or "the shipped offline LM"
+        params = config["recipe"].get("params", {})
+        model = {None: "SmolLM2-135M-Instruct", "offline": "the shipped offline LM"}.get(
+            params.get("model"), params.get("model"))
+        if params.get("model") is None and params.get("lora_rank", 16):
+            model += " (LoRA adapters)"
         return f"{model}, fine-tuned with DP by {recipe} (backends.generator unused)"
     return _backend(config.get("backends", {}).get("generator", {}))
 

@@ -19,6 +19,10 @@ from dpsynth.backends.offline.model import asset_dir, load_tokenizer
 class TrainableLM:
     """A public model folder (the shipped LM unless `source` names another)."""
 
+    frozen: tuple[str, ...] = ()
+    """Parameters this LM keeps public whatever the config says (none: its embedding and
+    output layer are untied)."""
+
     def __init__(self, source: str | Path | None = None) -> None:
         self.source = Path(source) if source is not None else asset_dir()
         self._tokenizer = load_tokenizer(self.source)
@@ -28,11 +32,13 @@ class TrainableLM:
         """End-of-text, which also pads the training batches."""
         return self._tokenizer.token_to_id(fmt.EOS)
 
-    def document_ids(self, label: str | None, keywords: Sequence[str], text: str) -> list[int]:
-        """A training document: the condition (label, up to MAX_KEYWORDS keywords), then
-        the text, in the format the generator conditions on."""
+    def document(self, label: str | None, keywords: Sequence[str],
+                 text: str) -> tuple[list[int], int]:
+        """A training document and its first target token: the condition (label, up to
+        MAX_KEYWORDS keywords), then the text, in the format the generator conditions on;
+        every token after the first is learnt (the conditions too, as the seed trains)."""
         fields = fmt.Fields(label=label, keywords=tuple(keywords[:MAX_KEYWORDS]))
-        return self._tokenizer.encode(fmt.document_sequence(fields, text)).ids
+        return self._tokenizer.encode(fmt.document_sequence(fields, text)).ids, 1
 
     def fresh_model(self):
         """The public weights, in float32 for training."""

@@ -75,7 +75,7 @@ def ct2_folder(quantization: str = "int8") -> Path:
     folder = cache_root() / gguf_digest() / f"ct2-{quantization}"
     if not (folder / "model.bin").is_file():
         source = hf_folder()
-        _build(folder, lambda out: _convert_ct2(source, out, quantization))
+        _build(folder, lambda out: convert_ct2(source, out, quantization))
     return folder
 
 
@@ -111,7 +111,7 @@ def _export_hf(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def _convert_ct2(source: Path, out: Path, quantization: str) -> None:
+def convert_ct2(source: Path, out: Path, quantization: str) -> None:
     try:
         from ctranslate2.converters import TransformersConverter
     except ImportError:

@@ -1,6 +1,6 @@
 """Per-sample clipped gradients in one backward pass ("book-keeping" ghost clipping, Bu et
-al. 2023), for the layer types of a GPT-2 style LM: Linear, transformers' Conv1D, LayerNorm
-and Embedding.
+al. 2023), for the layer types of GPT-2 and Llama style LMs: Linear (LoRA's adapters are
+Linear layers too), transformers' Conv1D, LayerNorm, RMSNorm and Embedding.
 
 A forward hook keeps each layer's input; a hook on its output keeps the gradient that reaches
 it. Parameters are taken out of autograd, so the backward pass computes activation gradients
@@ -55,10 +55,10 @@ class BookKeepingClipper:
                 self._handles.append(module.register_forward_hook(self._embedding_hook))
             if not own:
                 continue
-            if not isinstance(module, nn.Linear | nn.LayerNorm | nn.Embedding | Conv1D):
+            if not isinstance(module, nn.Linear | nn.Embedding | Conv1D) and not _is_norm(module):
                 raise TypeError(f"book-keeping clipping does not support trainable "
                                 f"{type(module).__name__} layers; use grad_sample_mode hooks")
-            if isinstance(module, nn.Linear | nn.LayerNorm | Conv1D):
+            if isinstance(module, nn.Linear | Conv1D) or _is_norm(module):
                 self._handles.append(module.register_forward_hook(self._layer_hook))
             self.layers.append((module, own))
         self.params = [p for _, own in self.layers for p in own]
@@ -136,7 +136,7 @@ class BookKeepingClipper:
             return (torch.bmm(g, g.transpose(1, 2)) * same).sum(dim=(1, 2))
         x, g = x.reshape(batch, -1, x.shape[-1]), g.reshape(batch, -1, g.shape[-1])
         total = g.new_zeros(batch)
-        if isinstance(module, nn.LayerNorm):
+        if _is_norm(module):
             if self._trains(module.weight):
                 total += torch.einsum("btd,btd->bd", g, _normalized(module, x)).square().sum(1)
         elif self._trains(module.weight):
@@ -145,7 +145,7 @@ class BookKeepingClipper:
                 total += _ghost_norm2(x, g)  # than forming gradients up to about 2x the flops)
             else:  # instantiate each sample's gradient
                 total += torch.bmm(x.transpose(1, 2), g).square().sum(dim=(1, 2))
-        if self._trains(module.bias):
+        if self._trains(getattr(module, "bias", None)):
             total += g.sum(dim=1).square().sum(1)
         return total
 
@@ -160,7 +160,7 @@ class BookKeepingClipper:
             grad.index_add_(0, x.reshape(-1), (g * per_sample).reshape(-1, g.shape[-1]))
             _accumulate(module.weight, grad)
             return
-        if isinstance(module, nn.LayerNorm):
+        if _is_norm(module):
             if self._trains(module.weight):
                 _accumulate(module.weight, (g * per_sample * _normalized(module, x))
                             .reshape(-1, g.shape[-1]).sum(0))
@@ -169,7 +169,7 @@ class BookKeepingClipper:
             x2, g2 = xs.reshape(-1, x.shape[-1]), gs.reshape(-1, g.shape[-1])
             _accumulate(module.weight, g2.t() @ x2 if isinstance(module, nn.Linear)
                         else x2.t() @ g2)  # Conv1D's weight is (in, out)
-        if self._trains(module.bias):
+        if self._trains(getattr(module, "bias", None)):
             _accumulate(module.bias, factors @ g.reshape(batch, -1, g.shape[-1]).sum(1))
 
 
@@ -189,8 +189,20 @@ def _ghost_norm2(x: torch.Tensor, g: torch.Tensor, blocks: int = 4) -> torch.Ten
     return total
 
 
-def _normalized(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
-    return nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps)
+def _is_norm(module: nn.Module) -> bool:
+    """LayerNorm, or an RMSNorm (torch's, or a model's own such as Llama's, recognised by
+    its `variance_epsilon`): a per-feature scale of the normalised input."""
+    return isinstance(module, nn.LayerNorm | nn.RMSNorm) or (
+        type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon"))
+
+
+def _normalized(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The input as the layer's weight scales it: what the weight's gradient is taken against."""
+    if isinstance(module, nn.LayerNorm):
+        return nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps)
+    eps = module.eps if isinstance(module, nn.RMSNorm) else module.variance_epsilon
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + (eps or 1e-6))).to(x.dtype)
 
 
 def _accumulate(param: nn.Parameter, grad: torch.Tensor) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Conditioning:
-    """A record's document is `lm.document_ids(name of its label, keywords of its nearest
+    """A record's document is `lm.document(name of its label, keywords of its nearest
     topic, its text)`."""
 
     label_names: Mapping[str, str] = field(default_factory=dict)

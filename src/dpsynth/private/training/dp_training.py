@@ -79,10 +79,10 @@ class SequenceLoss(nn.Module):
 
 
 def training_sequences(private: PrivateDataset,
-                       document: Callable[[int, str | None, str], Sequence[int]]
-                       ) -> list[Sequence[int]]:
-    """Each private record as the token ids `document(index, label, text)` builds: the one
-    place the records' texts and labels are read for DP training."""
+                       document: Callable[[int, str | None, str], tuple[Sequence[int], int]]
+                       ) -> list[tuple[Sequence[int], int]]:
+    """Each private record as the token ids and first target `document(index, label, text)`
+    builds: the one place the records' texts and labels are read for DP training."""
     names = private.label_names
     codes = private.label_codes(Access.LEDGERED_OP) if names else None
     return [document(i, names[codes[i]] if names else None, text)
@@ -99,27 +99,33 @@ def pad_batch(sequences: Sequence[Sequence[int]], max_length: int,
     return out
 
 
-def shifted_batch(ids: torch.Tensor, lengths: torch.Tensor
+def shifted_batch(ids: torch.Tensor, lengths: torch.Tensor,
+                  starts: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Inputs, targets and positions of a right-padded batch, cut to its longest sequence.
 
-    Every token of a sequence after its first is a target, its closing end-of-text included
-    (it pads too, so padding is marked by position, `IGNORE`, not by id). Cutting the common
-    padding changes nothing: under causal attention a position never sees later ones, and
-    padding is never a target.
+    Every token of a sequence from its `starts` entry on (default: after its first) is a
+    target, its closing end-of-text included (it pads too, so padding is marked by position,
+    `IGNORE`, not by id); a public prompt before it is context only, so no record's clipped
+    gradient is spent on learning the template. Cutting the common padding changes nothing:
+    under causal attention a position never sees later ones, and padding is never a target.
     """
     longest = min(ids.shape[1], max(2, int(lengths.max())))
     inputs, targets = ids[:, : longest - 1].contiguous(), ids[:, 1:longest].clone()
     positions = torch.arange(longest - 1).repeat(len(ids), 1)
     targets[positions >= (lengths.unsqueeze(1) - 1)] = IGNORE
+    if starts is not None:
+        targets[positions < (starts.unsqueeze(1) - 1)] = IGNORE
     return inputs, targets, positions
 
 
 def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: int,
                 config: DpTraining, ledger: PrivacyLedger, stage: str,
                 step_event: DpEvent, next_key: Callable[[], bytes],
-                checkpoints: TrainingCheckpoints | None = None) -> nn.Module:
+                checkpoints: TrainingCheckpoints | None = None,
+                starts: Sequence[int] | None = None) -> nn.Module:
     """Train `model` in place on the private token sequences; returns the trained module.
+    `starts[i]` is sequence i's first target token (default 1: all but the first).
 
     `step_event` is the ledger event of one step (the budget plan's); it is charged
     before each optimizer step, so a step over budget raises before its noise is drawn.
@@ -134,6 +140,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     model.to(config.device)
     ids = pad_batch(sequences, config.max_length, pad_id)
     lengths = torch.tensor([max(1, min(len(s), config.max_length)) for s in sequences])
+    first = torch.tensor(list(starts) if starts is not None else [1] * len(sequences))
     optimizer = torch.optim.AdamW(_trainable(model, config.frozen), lr=config.learning_rate)
 
     def charge() -> None:
@@ -144,7 +151,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
              if checkpoints else 0)
     model.train()
     noise_generator = torch.Generator()
-    loader = poisson_loader(TensorDataset(ids, lengths), config.sampling_rate)
+    loader = poisson_loader(TensorDataset(ids, lengths, first), config.sampling_rate)
     private = (_BookKeeping if config.grad_sample_mode == "bk" else _Opacus)(
         model, optimizer, loader, config, noise_generator)
     every = checkpoints.every if checkpoints else config.steps
@@ -152,12 +159,12 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
         for step in track(range(start, config.steps), "DP fine-tuning", log_progress=True):
             if checkpoints and step > start and step % every == 0:
                 checkpoints.save(step, model, optimizer)
-            batch, batch_lengths = _fresh_batch(private.loader, next_key(), noise_generator)
+            batch = _fresh_batch(private.loader, next_key(), noise_generator)
             charge()
-            if len(batch) == 0:
+            if len(batch[0]) == 0:
                 private.noise_only_step()
                 continue
-            private.step(*(t.to(config.device) for t in shifted_batch(batch, batch_lengths)))
+            private.step(*(t.to(config.device) for t in shifted_batch(*batch)))
     finally:
         private.close()
     if checkpoints and start < config.steps:
@@ -248,10 +255,15 @@ class _BookKeeping:
         self._noisy_update()
 
     def _noisy_update(self) -> None:
+        """One draw of the whole noise vector on the CPU from the keyed generator, moved to
+        the device at once: hundreds of small draws and copies (LoRA's adapters) cost more
+        than the noise itself."""
         std = self.config.noise_multiplier * self.config.max_grad_norm
-        for param in self.clipper.params:  # drawn on the CPU from the keyed generator
-            noise = torch.normal(0, std, param.shape, generator=self.generator)
-            param.grad = (param.grad + noise.to(param.device)) / self.expected_batch_size
+        params = self.clipper.params
+        flat = torch.normal(0, std, (sum(p.numel() for p in params),), generator=self.generator)
+        noise = flat.to(params[0].device).split([p.numel() for p in params])
+        for param, part in zip(params, noise, strict=True):
+            param.grad = (param.grad + part.view_as(param)) / self.expected_batch_size
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 

@@ -60,8 +60,12 @@ class TrainingCheckpoints:
         return self.folder / f"{_PREFIX}{step:06d}{_SUFFIX}"
 
     def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Publish the state whole, commit, then drop older states."""
-        tensors = {f"model/{name}": t for name, t in _distinct(model.state_dict()).items()}
+        """Publish the state whole, commit, then drop older states. Only the parameters the
+        optimizer updates are saved: the rest are the public weights `fresh_model` gives back
+        (a LoRA state is megabytes, not the whole model's)."""
+        trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        tensors = {f"model/{name}": p.detach().contiguous()
+                   for name, p in model.named_parameters() if id(p) in trained}
         moments, meta = _optimizer_tensors(optimizer)
         tensors.update({f"optimizer/{name}": t for name, t in moments.items()})
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -155,17 +159,6 @@ def _write_all(fd: int, payload: bytes) -> None:
 
 def _step(path: Path) -> int:
     return int(path.name.lstrip(".")[len(_PREFIX):].split(".")[0])
-
-
-def _distinct(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """One name per storage: tied weights are saved once (loading one name fills both)."""
-    seen: dict[int, str] = {}
-    out = {}
-    for name, tensor in state.items():
-        if tensor.data_ptr() not in seen:
-            seen[tensor.data_ptr()] = name
-            out[name] = tensor.detach().contiguous()
-    return out
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor],
