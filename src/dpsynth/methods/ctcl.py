@@ -58,7 +58,8 @@ class LmTrainingParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_output: int = Field(2_000, ge=1, description="synthetic texts sampled from the trained LM")
+    n_output: int | None = Field(None, ge=1, description="output size: synthetic texts sampled "
+                                 "from the trained LM; none: N, the private set's units")
     model: Path | None = Field(None, description="public LM folder; the shipped one if omitted")
     steps: int = Field(200, ge=1, description="DP-Adam training steps")
     batch_size: int = Field(64, ge=1, description="expected Poisson batch size")
@@ -129,7 +130,7 @@ class Ctcl(Recipe):
         return stages
 
     def expected_generations(self, private: DataFacts) -> dict[str, int]:
-        return {"generate": self.params.n_output}
+        return {"generate": self.resolved(private).params.n_output}
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         plan = ctx.plan
