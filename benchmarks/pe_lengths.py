@@ -46,7 +46,7 @@ def main() -> None:
                         "labels": sorted(private["label"].astype(str).unique().tolist())},
                "budget": {"epsilon": args.epsilon},
                "recipe": {"name": "pe", "params": {"iterations": args.iterations,
-                                                    "n_samples": args.samples,
+                                                    "n_output": args.samples,
                                                     "length_fraction": fraction}},
                "backends": {"embedder": {"name": "minilm"}, "generator": {"name": "offline"}},
                "output": {"dir": str(args.out / f"{args.data.name}-{fraction}")}, "seed": 0}

@@ -34,10 +34,10 @@ SHARED = ROOT.parent / "shared" / "data" / "ag_news" / "train.csv"
 def sizes(n: int) -> dict[str, dict]:
     """Recipe params at `n` synthetic records, the seeds' shapes scaled down."""
     return {
-        "dpga": {"iterations": 3, "n_init": 2 * n, "n_elite": n, "n_rewrite": n // 2,
+        "dpga": {"iterations": 3, "n_init": 2 * n, "n_output": n, "n_rewrite": n // 2,
                  "n_fill": n // 2, "n_crossover": n // 2, "n_generate": n // 2,
                  "length_bins": 20, "max_words": 120, "keyword_probe_samples": 10},
-        "pe": {"iterations": 3, "n_samples": n},
+        "pe": {"iterations": 3, "n_output": n},
         "eda": {"iterations": 2, "n_public": n, "n_offspring": n, "n_output": n,
                 "domain_size": max(10, n // 8), "n_parents": max(5, n // 20),
                 "calibration_size": min(200, n)},

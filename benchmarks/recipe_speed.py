@@ -46,11 +46,11 @@ def jobs(scale: float) -> dict[str, tuple[dict | None, float]]:
 
     return {
         "main": (None, 60.0),
-        "dpga": ({"iterations": 10, "n_init": n(5000), "n_elite": n(1000),
+        "dpga": ({"iterations": 10, "n_init": n(5000), "n_output": n(1000),
                   "n_rewrite": n(1000), "n_fill": n(1000), "n_crossover": n(1000),
                   "n_generate": n(1000), "length_bins": 50, "max_words": 200},
                  20 * 60.0 * scale),
-        "pe": ({"iterations": 10, "n_samples": n(1000)}, 10 * 60.0 * scale),
+        "pe": ({"iterations": 10, "n_output": n(1000)}, 10 * 60.0 * scale),
         "eda": ({"n_offspring": n(1200), "n_output": n(1000), "n_public": n(1000),
                  "calibration_size": min(200, n(1000))}, 20 * 60.0 * scale),
     }

@@ -20,7 +20,7 @@ from dpsynth.cli import main
 from dpsynth.errors import ConfigError, DataError, InputError
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_texts
 
-PE = {"iterations": 2, "n_samples": 12}
+PE = {"iterations": 2, "n_output": 12}
 LABELS = ["account", "billing", "shipping", "technical"]
 
 
@@ -283,7 +283,7 @@ def test_a_stopped_temporary_run_says_where_its_releases_are(frame, tmp_path, mo
     from tests.methods.test_recipes import CrashingGenerator
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    params = {"iterations": 3, "n_samples": 12}
+    params = {"iterations": 3, "n_output": 12}
     with pytest.warns(UserWarning, match="output_dir=") as warned, pytest.raises(Exception) as info:
         synth(frame, generator=CrashingGenerator(3), params=params)
     note = " ".join(getattr(info.value, "__notes__", []))

@@ -143,7 +143,7 @@ def test_config_lists_every_key_from_the_models(capsys):
     assert all(key in shown for key in DataConfig.model_fields)
     assert "max_units" in shown and "a public upper bound on N" in shown
     main(["config", "recipe.params (pe)"])
-    assert "n_samples" in capsys.readouterr().out
+    assert "n_output" in capsys.readouterr().out
     assert run_cli("config", "nonsense") == 2
     assert "no config section starts with 'nonsense'" in capsys.readouterr().err
 

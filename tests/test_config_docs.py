@@ -46,5 +46,5 @@ def test_a_changed_model_is_caught(monkeypatch):
     doc = (ROOT / "docs" / "config.md").read_text()
     assert script.updated(doc) == doc
     params = RECIPES["pe"].Params
-    monkeypatch.setattr(params.model_fields["n_samples"], "description", "changed")
+    monkeypatch.setattr(params.model_fields["n_output"], "description", "changed")
     assert script.updated(doc) != doc

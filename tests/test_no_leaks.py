@@ -23,7 +23,7 @@ def private_config(tmp_path):
               # the small LM keeps this fast; what is checked does not depend on the generator
               "backends": {"generator": {"name": "offline"}},
               "recipe": {"name": "dpga", "params": {
-                  "iterations": 2, "n_init": 16, "n_elite": 6, "n_rewrite": 4, "n_fill": 4,
+                  "iterations": 2, "n_init": 16, "n_output": 6, "n_rewrite": 4, "n_fill": 4,
                   "n_crossover": 4, "n_generate": 4, "max_words": 40, "length_bins": 5,
                   "keyword_probe_samples": 3}},
               "output": {"dir": str(tmp_path / "out")}}

@@ -23,7 +23,7 @@ from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_recipes import make_config
 
-PE = {"iterations": 3, "n_samples": 12, "label_fraction": 0.0,
+PE = {"iterations": 3, "n_output": 12, "label_fraction": 0.0,
       "length_fraction": 0.0}  # every release is a vote
 
 

@@ -59,7 +59,7 @@ def _config(tmp_path, **generator):
     (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
     raw = {"data": {"path": "d.csv", "label_column": "label",
                     "labels": ["account", "billing", "shipping", "technical"]},
-           "budget": {"epsilon": 2.0}, "recipe": {"name": "pe", "params": {"n_samples": 50}},
+           "budget": {"epsilon": 2.0}, "recipe": {"name": "pe", "params": {"n_output": 50}},
            "backends": {"generator": generator}, "output": {"dir": str(tmp_path / "out")}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
     return str(tmp_path / "run.yaml")

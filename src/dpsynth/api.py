@@ -83,6 +83,7 @@ def synthesize(
     max_records_per_user: int = 1,
     recipe: str = "dpga",
     params: Mapping[str, Any] | None = None,
+    time: str | None = None,
     delta: float | None = None,
     split: Mapping[str, float] | None = None,
     generator: str | Mapping[str, Any] | GeneratorConfig | Generator | None = None,
@@ -104,8 +105,10 @@ def synthesize(
     `max_records_per_user` are the `data:` section of a run config, `data_options` its other
     keys (`max_chars`, `duplicates`, ...). `epsilon`, `delta` and `split` are the `budget:` section,
     `budget_options` its other keys (`noise`). `recipe` and `params` name the recipe and its
-    parameters (`dpsynth config recipe` lists every recipe's). `generator` and `embedder` are a
-    backend name (`"openai"`), a mapping of its config keys (`{"name": "openai",
+    parameters (`dpsynth config recipe` lists every recipe's); sizes left out follow the
+    private set's N. `time` ("15m") is `recipe.time`: the sizes left out are lowered until the
+    generator outputs fit it, at the rate measured when the run starts. `generator` and
+    `embedder` are a backend name (`"openai"`), a mapping of its config keys (`{"name": "openai",
     "base_url": ...}`), a config model, or a ready `Generator` / `Embedder` object; None is
     the offline default. `seed` fixes the public randomness only.
 
@@ -138,7 +141,8 @@ def synthesize(
         "budget": {"epsilon": epsilon, "delta": delta,
                    **({"split": dict(split)} if split is not None else {}),
                    **dict(budget_options or {})},
-        "recipe": {"name": recipe, "params": dict(params or {})},
+        "recipe": {"name": recipe, "params": dict(params or {}),
+                   **({"time": time} if time is not None else {})},
         "backends": {"generator": gen_cfg, "embedder": emb_cfg},
         "output": {"dir": "<temporary>" if temporary else str(output_dir),
                    "format": output_format},

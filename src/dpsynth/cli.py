@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import sys
 from collections import Counter
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from dpsynth import __version__
-from dpsynth.config import RunConfig, load_config
+from dpsynth.config import RecipeConfig, RunConfig, load_config
 from dpsynth.errors import ConfigError, DpsynthError, InputError, Interrupted
 from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging, where_raised
@@ -61,9 +63,15 @@ OutputOpt = Annotated[
     Path | None, typer.Option("--output", help="Output folder (overrides output.dir).")
 ]
 LevelOpt = Annotated[str, typer.Option(help=f"One of {', '.join(LEVELS)}.")]
+TimeOpt = Annotated[str | None, typer.Option(
+    "--time", help="The time generation may take (15m, 1h30m, 90s; overrides recipe.time): "
+    "the plan times the generator now and lowers the sizes the config leaves out "
+    "(iterations, then the output size) until the planned outputs fit, and says what it "
+    "changed.")]
 
 
-def _load(config: Path | None, seed: int | None, output: Path | None) -> RunConfig:
+def _load(config: Path | None, seed: int | None, output: Path | None,
+          time: str | None = None) -> RunConfig:
     if config is None:
         out.print(f"[dim]no config given: using the bundled example {EXAMPLE_CONFIG.name}[/dim]")
         config = EXAMPLE_CONFIG
@@ -73,6 +81,13 @@ def _load(config: Path | None, seed: int | None, output: Path | None) -> RunConf
         updates["seed"] = _check_seed(seed)  # model_copy below does not validate: check here
     if output is not None:
         updates["output"] = cfg.output.model_copy(update={"dir": output})
+    if time is not None:
+        try:
+            updates["recipe"] = RecipeConfig.model_validate(
+                {**cfg.recipe.model_dump(), "time": time})
+        except ValidationError as exc:
+            raise typer.BadParameter(exc.errors()[0]["msg"].removeprefix("Value error, "),
+                                     param_hint="--time") from None
     return cfg.model_copy(update=updates)
 
 
@@ -97,14 +112,14 @@ RECIPES_HELP = (f"Recipes (recipe.name): {', '.join(RECIPES)}; `dpsynth config r
 @app.command(help="Validate the data and config and print the privacy plan; nothing is "
                   f"released.\n\n{RECIPES_HELP}")
 def plan(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None,
-         log_level: LevelOpt = "info",
+         log_level: LevelOpt = "info", time: TimeOpt = None,
          estimate_time: Annotated[bool, typer.Option(
              "--estimate-time", help="Time one small batch of the generator now (a few "
              "requests to a server) and estimate how long the planned outputs take.")] = False,
          ) -> None:
     """Validate the data and config and print the privacy plan; nothing is released."""
     setup_logging(_check_level(log_level))
-    run_plan = make_plan(_load(config, seed, output))
+    run_plan = make_plan(_load(config, seed, output, time))
     print_plan(run_plan, out)
     _time_estimate(run_plan, estimate_time)
 
@@ -118,9 +133,11 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
         out.print(f"[dim]time estimate: none; {cfg.recipe.name}'s time is its DP training "
                   "(recipe.params.steps), and --estimate-time times backends.generator, which "
                   "it does not use[/dim]")
+    elif run_plan.fit is not None and not run_plan.fit.note:
+        return  # the time budget's lines already give the rate and the estimate
     elif not measure:
         out.print("[dim]time estimate: `dpsynth plan --estimate-time` times one small batch "
-                  "of the generator[/dim]")
+                  "of the generator; `--time 15m` lowers the sizes to fit a time[/dim]")
     elif cfg.backends.generator.dry_run:
         out.print("time estimate: none, the generator is a dry run and sends nothing")
     elif total:
@@ -133,10 +150,10 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
 @app.command(help="Run a recipe end to end and write the synthetic set, privacy.json and "
                   f"run.log.\n\n{RECIPES_HELP}")
 def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None,
-        log_level: LevelOpt = "info") -> None:
+        log_level: LevelOpt = "info", time: TimeOpt = None) -> None:
     """Run a recipe end to end and write the synthetic set, privacy.json and run.log."""
     level = _check_level(log_level)
-    cfg = _load(config, seed, output)
+    cfg = _load(config, seed, output, time)
     fresh = not cfg.output.dir.exists()
     setup_logging(level, prepare_output_dir(cfg.output.dir) / "run.log")
     try:
@@ -153,6 +170,7 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     except KeyboardInterrupt:
         again = " ".join(["dpsynth run", *([str(config)] if config else []),
                           *(["--seed", str(seed)] if seed is not None else []),
+                          *(["--time", shlex.quote(time)] if time is not None else []),
                           *(["--output", str(output)] if output else [])])
         seeded = "" if cfg.budget.private else f". {NOT_PRIVATE}"
         raise Interrupted(f"the run stopped {stopped_summary(cfg.output.dir)}; `{again}` "

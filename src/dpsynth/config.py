@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,26 @@ from dpsynth.data.io import Format
 from dpsynth.errors import ConfigError
 from dpsynth.privacy.config import BudgetConfig
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|min|m|s)?", re.IGNORECASE)
+_SECONDS = {"h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, None: 1.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds in '15m', '1h30m', '90s', '2.5h' or a plain number of seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        text = str(text)
+    if not isinstance(text, str):
+        raise ValueError(f"{text!r} is not a duration; write it like 15m, 1h30m or 90s")
+    compact = "".join(text.split()).lower()
+    parts = list(_DURATION.finditer(compact))
+    if not compact or "".join(m.group(0) for m in parts) != compact or (
+            len(parts) > 1 and any(m.group(2) is None for m in parts)):
+        raise ValueError(f"'{text}' is not a duration; write it like 15m, 1h30m or 90s")
+    seconds = sum(float(m.group(1)) * _SECONDS[m.group(2)] for m in parts)
+    if seconds <= 0:
+        raise ValueError(f"'{text}' is no time at all; write it like 15m, 1h30m or 90s")
+    return seconds
+
 
 class RecipeConfig(BaseModel):
     """Which recipe runs; `params` are checked by the recipe's own model."""
@@ -30,6 +51,25 @@ class RecipeConfig(BaseModel):
 
     name: str = Field(description="a recipe in dpsynth.methods.registry.RECIPES")
     params: dict[str, Any] = Field(default_factory=dict)
+    time: str | None = Field(None, description="the time generation may take, e.g. 15m, 1h30m, "
+                             "90s: the plan measures the generator's rate and lowers the sizes "
+                             "the params leave out (iterations first, then the output size) "
+                             "until the planned outputs fit; docs/config.md, 'Sizes and time'")
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _a_duration(cls, value: object) -> object:
+        """`time: 900` (YAML reads a number) is 900 seconds, kept as the text '900'."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = f"{value:g}"
+        if isinstance(value, str):
+            parse_duration(value)
+        return value
+
+    @property
+    def seconds(self) -> float | None:
+        """`time` in seconds (None without one)."""
+        return None if self.time is None else parse_duration(self.time)
 
     @field_validator("name")
     @classmethod

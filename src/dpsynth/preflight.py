@@ -4,12 +4,14 @@ here; `dpsynth plan` prints this and `dpsynth run` runs it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from dpsynth import sizing
 from dpsynth.config import RunConfig
 from dpsynth.data import PrivateDataset, load_private
 from dpsynth.data.load import units_text
@@ -18,6 +20,7 @@ from dpsynth.methods.base import Recipe
 from dpsynth.methods.registry import build_recipe
 from dpsynth.privacy.config import resolve_delta
 from dpsynth.privacy.planning import BudgetPlan, plan_table
+from dpsynth.sizing import Fit, Rate
 
 
 @dataclass(frozen=True)
@@ -28,21 +31,46 @@ class RunPlan:
     delta: float
     budget: BudgetPlan
     """Every release's mechanism and noise scale; the run releases with exactly these."""
+    fit: Fit | None = None
+    """What `recipe.time` changed (`config` is the config with those changes)."""
 
 
-def make_plan(config: RunConfig, frame: pd.DataFrame | None = None) -> RunPlan:
+def make_plan(config: RunConfig, frame: pd.DataFrame | None = None,
+              measure: Callable[[], Rate] | None = None) -> RunPlan:
     """Load and validate the private set (from `config.data`, or the in-memory `frame` it
-    describes), resolve δ against its unit count, let the recipe refuse a config it cannot
-    run on, and plan its budget: all before anything is released."""
+    describes), resolve δ against its unit count, fit the sizes to `recipe.time` (timing the
+    generator with `measure`, by default `timing.measure` on `backends.generator`), let the
+    recipe refuse a config it cannot run on, fix its sizes from public facts, and plan its
+    budget: all before anything is released."""
     data = load_private(config.data, config.base_dir, frame)
     _refuse_a_pool_of_private_texts(config, data)
     _refuse_fit_texts_of_private_texts(config, data)
     _refuse_a_held_out_of_private_texts(config, data)
     delta = resolve_delta(config.budget, data.n_units)
+    fitted = None
+    if config.recipe.time is not None:
+        config, fitted = sizing.fit(config, data, measure or _measure(config, data))
+    else:
+        sizing.refuse_a_fitted_folder(config)
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)
+    recipe = recipe.resolved(data)  # sizes left out: from N, the public unit count
     budget = recipe.budget_plan(data, config.budget.epsilon, delta)
-    return RunPlan(config, data, recipe, delta, budget)
+    return RunPlan(config, data, recipe, delta, budget, fitted)
+
+
+def _measure(config: RunConfig, data: PrivateDataset) -> Callable[[], Rate]:
+    """Time the configured generator on the public label set's first name (no record)."""
+
+    def measure() -> Rate:
+        from dpsynth import timing
+
+        labels = data.label_names
+        rate = timing.measure(config.backends.generator, config.base_dir,
+                              config.data.label_name(labels[0]) if labels else None)
+        return Rate(rate.seconds_per_output, rate.load_seconds, rate.words, rate.batch)
+
+    return measure
 
 
 def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:
@@ -130,6 +158,27 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     console.print(plan_table(plan.budget, title=f"privacy plan: {cfg.recipe.name}"))
     for note in plan.recipe.plan_notes(ds, plan.budget):
         console.print(f"[yellow]note:[/yellow] {note}")
+    console.print(f"sizes: {_sizes(plan)}", soft_wrap=True)
     calls = plan.recipe.expected_generations(ds)
     console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
                   + f" (total {sum(calls.values()):,})")
+    if plan.fit is not None:
+        for line in plan.fit.lines():
+            console.print(line, soft_wrap=True)
+
+
+def _sizes(plan: RunPlan) -> str:
+    """The sizes the run uses, each marked when the config leaves it out (from N, the output
+    size, or the time): what to set, or shrink, to change the run's length."""
+    params, given = plan.recipe.params, set(plan.config.recipe.params)
+    keys = [key for key in plan.recipe.sizes(plan.data) if key in type(params).model_fields]
+    if "iterations" in type(params).model_fields:
+        keys.insert(0, "iterations")
+    fitted = plan.fit.changes if plan.fit is not None else {}
+    shown = []
+    for key in keys:
+        how = ("" if key in given and key not in fitted else " (time)" if key in fitted
+               else " (= N)" if key == "n_output" else " (default)" if key == "iterations"
+               else " (derived)")
+        shown.append(f"{key} {getattr(params, key):,}{how}")
+    return ", ".join(shown)

@@ -40,6 +40,7 @@ from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.private import Private
 from dpsynth.private.engine import build_engine
+from dpsynth.sizing import record as record_fit
 from dpsynth.stops import shielded
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
     writes privacy.json, marked incomplete, with every release its journal recorded."""
     prepare_output_dir(config.output.dir)
     run_plan = run_plan or make_plan(config)
+    # the sizes `recipe.time` chose, if it is set
+    config = config.model_copy(update={"recipe": run_plan.config.recipe})
     if not config.budget.private:
         log.warning(NOT_PRIVATE)
     unit = (f"user:{config.data.user_column}:{config.data.records_per_unit}"
@@ -113,6 +116,8 @@ def run(config: RunConfig, *, embedder: Embedder | None = None,
         if finished is not None:
             return finished
         journal.refuse_other_data(data)
+        if run_plan.fit is not None:  # before any release: a restart keeps these sizes
+            record_fit(config, run_plan.fit)
         store = CheckpointStore(config.output.dir / "checkpoints")
         ledger = _journal_ledger(journal)
         try:

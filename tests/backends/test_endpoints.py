@@ -20,7 +20,7 @@ from tests.methods.fakes import HashEmbedder, ticket_texts
 from tests.methods.test_recipes import make_config
 from tests.test_stops import free_port
 
-PE = {"iterations": 3, "n_samples": 12, "label_fraction": 0.0}
+PE = {"iterations": 3, "n_output": 12, "label_fraction": 0.0}
 
 
 def openai(urls, **http):
@@ -61,7 +61,7 @@ def test_a_server_killed_mid_run_leaves_the_run_to_the_other(tmp_path):
         outputs = run(make_config(tmp_path, tickets, "pe", **PE), embedder=HashEmbedder(),
                       generator=generator)
     texts = outputs.result.texts  # the loopback writes one text per prompt: repeats are dropped
-    assert 0 < len(texts) <= PE["n_samples"] and len(set(texts)) == len(texts)
+    assert 0 < len(texts) <= PE["n_output"] and len(set(texts)) == len(texts)
     usage = generator.usage()
     assert usage["failed"] == 0 and usage[f"{b.url} errors"] > 0
     assert usage[f"{b.url} answers"] >= 5  # six answers, the health check's probe first

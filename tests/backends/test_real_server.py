@@ -35,8 +35,8 @@ HTTP = HttpConfig(timeout_s=30, max_retries=1, backoff_s=0.01, max_backoff_s=0.0
 START_TIMEOUT_S = 240
 # Small recipe sizes: every output is one request to a server sharing two cores.
 PARAMS = {
-    "pe": {"iterations": 2, "n_samples": 8, "label_fraction": 0.1},
-    "dpga": {"iterations": 2, "n_init": 16, "n_elite": 8, "n_rewrite": 4, "n_fill": 4,
+    "pe": {"iterations": 2, "n_output": 8, "label_fraction": 0.1},
+    "dpga": {"iterations": 2, "n_init": 16, "n_output": 8, "n_rewrite": 4, "n_fill": 4,
              "n_crossover": 4, "n_generate": 4, "length_bins": 10, "max_words": 30,
              "keyword_probe_samples": 4},
 }
@@ -190,7 +190,7 @@ def test_recipe_end_to_end_through_the_server(tmp_path, real_server, served_mode
         "output": {"dir": str(tmp_path / "out")}, "seed": 3}, base_dir=tmp_path)
     outputs = run(config, embedder=HashEmbedder())
     synthetic = pd.read_csv(outputs.synthetic)
-    assert len(synthetic) == PARAMS[recipe]["n_samples" if recipe == "pe" else "n_elite"]
+    assert len(synthetic) == PARAMS[recipe]["n_output"]
     assert all(in_vocabulary(t) for t in synthetic["text"])  # the model's words, parsed
     assert set(synthetic["label"]) <= set(VOCAB)
     assert synthetic["text"].nunique() > 1

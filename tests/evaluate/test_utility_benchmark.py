@@ -166,7 +166,7 @@ def _in_process_grid(bench, root, monkeypatch, embedder) -> tuple[Path, list[str
     bench.main(["tiny", "--data-root", str(root), "--recipes", "pe", "--epsilons", "1,4",
                 "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
                 "--no-lower-bound", "--in-process", "--recipe-params",
-                '{"iterations": 2, "n_samples": 20}', "--out", str(root / "out")])
+                '{"iterations": 2, "n_output": 20}', "--out", str(root / "out")])
     return root / "out" / "utility-tiny.csv", [text for call in private_calls for text in call]
 
 

@@ -50,7 +50,7 @@ class DistinctGenerator(RecordingGenerator):
 
 
 def test_the_output_holds_each_selected_text_once(tmp_path, tickets):
-    config = make_config(tmp_path, tickets, "pe", n_samples=24, epsilon=0.5)
+    config = make_config(tmp_path, tickets, "pe", n_output=24, epsilon=0.5)
     synthetic = pd.read_csv(run(config, embedder=HashEmbedder(),
                                 generator=DistinctGenerator()).synthetic)
     assert len(synthetic) == 24
@@ -97,7 +97,7 @@ def _agreement(synthetic: pd.DataFrame) -> float:
                                                            synthetic["label"], strict=True)]))
 
 
-@pytest.mark.parametrize("recipe,size", [("pe", {"n_samples": 16, "length_fraction": 0.0}),
+@pytest.mark.parametrize("recipe,size", [("pe", {"n_output": 16, "length_fraction": 0.0}),
                                          ("dpga", {})])  # pe: all ε but labels' on the votes
 def test_labels_from_votes_follow_the_private_records_not_the_generator(tmp_path, tickets,
                                                                         recipe, size):
@@ -119,7 +119,7 @@ def test_the_executors_search_finds_every_vote(tmp_path, tickets, monkeypatch):
 
     used, searcher = [], nearest.searcher
     monkeypatch.setattr(nearest, "searcher", lambda c, s: (used.append(s), searcher(c, s))[1])
-    config = make_config(tmp_path, tickets, "pe", n_samples=24)
+    config = make_config(tmp_path, tickets, "pe", n_output=24)
     config = config.model_copy(update={"backends": config.backends.model_copy(
         update={"executor": ExecutorConfig(search="hnsw")})})
     assert len(pd.read_csv(run(config, embedder=HashEmbedder(),
@@ -134,7 +134,7 @@ def test_the_last_vote_chooses_among_twice_the_output(tmp_path, tickets, iterati
     among N rewrites and their distinct parents (drawn with replacement, some repeat)."""
     import json
 
-    config = make_config(tmp_path, tickets, "pe", n_samples=16, iterations=iterations)
+    config = make_config(tmp_path, tickets, "pe", n_output=16, iterations=iterations)
     outputs = run(config, embedder=HashEmbedder(), generator=DistinctGenerator())
     rows = [json.loads(line) for line in outputs.metrics.read_text().splitlines()]
     last = [r for r in rows if "population" in r][-1]
@@ -163,7 +163,7 @@ def test_the_last_votes_answer_decides_the_output(tmp_path, tickets, monkeypatch
             return result
 
         monkeypatch.setattr(PrivacyLedger, "release", answer)
-        config = make_config(tmp_path, tickets, "pe", out=favoured, n_samples=16, iterations=2,
+        config = make_config(tmp_path, tickets, "pe", out=favoured, n_output=16, iterations=2,
                              label_fraction=0, labels_from="generation", seed=3,
                              noise="seeded_not_private")  # the first vote is the same
         run_outputs = run(config, embedder=HashEmbedder(), generator=DistinctGenerator())

@@ -18,7 +18,7 @@ from tests.methods.test_recipes import PARAMS, make_config
 def test_dpga_loop_with_a_real_local_generator(tmp_path, tickets, tiny_lm):
     outputs = run(make_config(tmp_path, tickets, "dpga"), embedder=HashEmbedder(),
                   generator=OfflineGenerator(tiny_lm, seed=0))
-    assert len(outputs.result.texts) == PARAMS["dpga"]["n_elite"]
+    assert len(outputs.result.texts) == PARAMS["dpga"]["n_output"]
     assert all(text.strip() for text in outputs.result.texts)
     assert outputs.ledger.spent() <= 2.0
 

@@ -16,10 +16,10 @@ from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 
 PARAMS = {
-    "dpga": {"iterations": 3, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
+    "dpga": {"iterations": 3, "n_init": 40, "n_output": 12, "n_rewrite": 8, "n_fill": 8,
              "n_crossover": 8, "n_generate": 8, "length_bins": 10, "max_words": 60,
              "keyword_probe_samples": 5},
-    "pe": {"iterations": 3, "n_samples": 12, "label_fraction": 0.1},
+    "pe": {"iterations": 3, "n_output": 12, "label_fraction": 0.1},
     "kd_tutor": {"n_output": 12, "pool_factor": 3, "n_negatives": 40, "teachers": 4,
                  "n_queries": 24, "query_batch": 10},
 }
@@ -88,7 +88,7 @@ def test_dpga_selects_by_votes_alone_by_default(tmp_path, tickets):
     assert json.loads(outputs.metrics.read_text().splitlines()[0])["tau"] is None
     meta = Metadata(("a", "b"), np.array([0.5, 0.5]), None, {}, {})
     votes = np.array([1.0, 9.0, 3.0, 7.0, 5.0, -2.0])
-    chosen, tau = Dpga.from_config({"n_elite": 4})._select(
+    chosen, tau = Dpga.from_config({"n_output": 4})._select(
         votes, np.ones((6, 2)), ["a", "a", "a", "b", "b", "b"], meta, None)
     assert (sorted(chosen), tau) == ([1, 2, 3, 4], None)
 

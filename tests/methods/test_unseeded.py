@@ -17,8 +17,8 @@ from tests.smollm import require_smollm
 
 RECIPES = ["pe", "dpga", "eda", "ctcl", "dpft", "kd_tutor"]
 TINY = {
-    "pe": {"iterations": 3, "n_samples": 12, "label_fraction": 0.1},
-    "dpga": {"iterations": 3, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
+    "pe": {"iterations": 3, "n_output": 12, "label_fraction": 0.1},
+    "dpga": {"iterations": 3, "n_init": 40, "n_output": 12, "n_rewrite": 8, "n_fill": 8,
              "n_crossover": 8, "n_generate": 8, "length_bins": 10, "max_words": 60,
              "keyword_probe_samples": 5},
     "kd_tutor": {"n_output": 12, "pool_factor": 3, "n_negatives": 40, "teachers": 4,
@@ -121,7 +121,7 @@ def test_no_recipe_outputs_a_text_twice_from_a_generator_that_repeats_itself(
     if recipe in ("ctcl", "dpft"):
         params["temperature"] = 0.0
     if recipe == "dpga":  # elites nearly the whole population: copies would be chosen
-        params |= {"iterations": 1, "n_init": 16, "n_elite": 12}
+        params |= {"iterations": 1, "n_init": 16, "n_output": 12}
     with _one_thread_if_torch(recipe):
         outputs = run(_config(tmp_path, tickets, recipe, params), embedder=embedder,
                       generator=RepeatingGenerator())
@@ -130,8 +130,8 @@ def test_no_recipe_outputs_a_text_twice_from_a_generator_that_repeats_itself(
 
 
 SHIPPED = {  # small sizes; every model is the shipped default, built from the config
-    "pe": {"iterations": 2, "n_samples": 16},
-    "dpga": {"iterations": 2, "n_init": 40, "n_elite": 12, "n_rewrite": 8, "n_fill": 8,
+    "pe": {"iterations": 2, "n_output": 16},
+    "dpga": {"iterations": 2, "n_init": 40, "n_output": 12, "n_rewrite": 8, "n_fill": 8,
              "n_crossover": 8, "n_generate": 8, "length_bins": 10, "max_words": 40,
              "keyword_probe_samples": 4},
     "kd_tutor": {"n_output": 12, "pool_factor": 2, "n_negatives": 30, "teachers": 3,

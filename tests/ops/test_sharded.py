@@ -247,7 +247,7 @@ def test_an_actor_error_names_its_type_not_its_message():
     assert CANARY not in str(caught.value)
 
 
-RUNS = {"pe": {"iterations": 2, "n_samples": 12},
+RUNS = {"pe": {"iterations": 2, "n_output": 12},
         "kd_tutor": {"n_output": 12, "n_negatives": 24, "teachers": 5, "n_queries": 16,
                      "query_batch": 8},
         "ctcl": {"n_output": 12, "steps": 2, "batch_size": 16, "max_length": 32}}

@@ -29,7 +29,7 @@ def raw_config(tmp_path, labels, recipe="pe", params=None, **data):
     return {"data": {"path": "d.csv", "label_column": "label", "labels": labels,
                      "max_units": BOUND, **data},
             "budget": {"epsilon": 2.0},
-            "recipe": {"name": recipe, "params": params or {"iterations": 1, "n_samples": 8}},
+            "recipe": {"name": recipe, "params": params or {"iterations": 1, "n_output": 8}},
             "output": {"dir": str(tmp_path / "out")}}
 
 

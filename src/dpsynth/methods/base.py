@@ -23,6 +23,11 @@ from dpsynth.privacy.planning import BudgetPlan, StageSpec, apply_split, plan_bu
 from dpsynth.private import Private
 from dpsynth.progress import track
 
+OUTPUT_SIZE = "n_output"
+"""Every recipe's name for the output size: the synthetic records it writes. Left out (None),
+it is N, the private set's number of privacy units, which is public (the declared bound
+`data.max_units` where there is one); the recipe's other sizes follow from it (`Recipe.sizes`)."""
+
 
 @dataclass
 class SyntheticSet:
@@ -105,6 +110,9 @@ class Recipe(ABC):
     uses_backend_generator: ClassVar[bool] = True
     """False for recipes that sample a model of their own (ctcl, dpft: the DP fine-tuned LM):
     `backends.generator` is then neither probed nor asked for anything."""
+    renamed: ClassVar[dict[str, str]] = {}
+    """Parameters an older dpsynth took under another name: old name → new name. A config
+    that still uses the old one is refused with a message naming the new one."""
 
     def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
         self.params = params
@@ -113,6 +121,13 @@ class Recipe(ABC):
     @classmethod
     def from_config(cls, raw: dict[str, Any], split: dict[str, float] | None = None) -> Recipe:
         """Validate `recipe.params`; `split` is `budget.split`, overriding stage fractions."""
+        for old, new in cls.renamed.items():
+            if old in raw:
+                raise ConfigError(
+                    f"recipe.params.{old}: renamed {new}, the output size every recipe "
+                    f"shares; write {new}: {raw[old]} (or leave it out: the output is then "
+                    "as large as the private set, N records)" if new == OUTPUT_SIZE else
+                    f"recipe.params.{old}: renamed {new}")
         try:
             return cls(cls.Params.model_validate(raw), split)
         except ValidationError as exc:
@@ -121,6 +136,26 @@ class Recipe(ABC):
                 + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
                 for e in exc.errors())
             raise ConfigError(details) from None
+
+    def sizes(self, private: DataFacts) -> dict[str, int]:
+        """The sizes this config leaves out (None), fixed from public facts: the output size
+        from N, a recipe's other sizes from the output size (each recipe says by which of its
+        seed's ratios). Values the config sets are kept as given."""
+        n = getattr(self.params, OUTPUT_SIZE)
+        return {OUTPUT_SIZE: n if n is not None else private.n_units}
+
+    def resolved(self, private: DataFacts) -> Recipe:
+        """This recipe with every size fixed (`sizes`): what a plan and a run use."""
+        sizes = self.sizes(private)
+        if all(getattr(self.params, key) == value for key, value in sizes.items()):
+            return self
+        return type(self)(self.params.model_copy(update=sizes), self.split)
+
+    def resized(self, **changes: int) -> Recipe:
+        """This recipe with some parameters set (a time budget's proposal), the sizes derived
+        from them left out again so that `resolved` derives them from the new values."""
+        params = self.params.model_dump(exclude_unset=True) | changes
+        return type(self)(type(self.params).model_validate(params), self.split)
 
     def validate(self, private: DataFacts) -> None:
         """Refuse, from public facts (k, the label set, N) and before any release, a config

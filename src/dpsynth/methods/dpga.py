@@ -48,23 +48,29 @@ from dpsynth.privacy.stages import (
     VOTING,
 )
 
+SIZE_RATIOS = {"n_init": 5, "n_rewrite": 1, "n_fill": 1, "n_crossover": 1, "n_generate": 1}
+"""Each size left out, as a multiple of the output size (the elite set): App. D.4 sets 10,000
+initial samples, 2,000 elites, 2,000 offspring per genetic operation."""
+
 
 class DpgaParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     iterations: int = Field(10, ge=1, description="T: vote-and-evolve iterations")
-    n_init: int = Field(10_000, ge=1, description="initial population, generated from the DP "
-                        "metadata")
-    n_elite: int = Field(2_000, ge=1, description="elites kept per iteration; also the output "
-                         "size")
-    n_rewrite: int = Field(2_000, ge=0, description="offspring per iteration made by rewriting an "
-                           "elite")
-    n_fill: int = Field(2_000, ge=0, description="offspring per iteration made by filling masked "
-                        "words of an elite")
-    n_crossover: int = Field(2_000, ge=0, description="offspring per iteration made by crossing "
-                             "elites")
-    n_generate: int = Field(2_000, ge=0, description="offspring per iteration generated afresh "
-                            "from the DP metadata")
+    n_output: int | None = Field(None, ge=1, description="output size: the elites kept per "
+                                 "iteration, the last of which are the output; none: N, the "
+                                 "private set's units")
+    n_init: int | None = Field(None, ge=1, description="initial population, generated from the "
+                               "DP metadata; none: 5 × n_output (App. D.4: 10,000 for 2,000 "
+                               "elites)")
+    n_rewrite: int | None = Field(None, ge=0, description="offspring per iteration made by "
+                                  "rewriting an elite; none: n_output (App. D.4)")
+    n_fill: int | None = Field(None, ge=0, description="offspring per iteration made by filling "
+                               "masked words of an elite; none: n_output (App. D.4)")
+    n_crossover: int | None = Field(None, ge=0, description="offspring per iteration made by "
+                                    "crossing elites; none: n_output (App. D.4)")
+    n_generate: int | None = Field(None, ge=0, description="offspring per iteration generated "
+                                   "afresh from the DP metadata; none: n_output (App. D.4)")
     sampling_rate: float = Field(0.8, gt=0, le=1, description="Poisson rate at which private "
                                  "records join each vote")
     length_bins: int = Field(100, ge=1, description="bins of the DP length histogram")
@@ -109,6 +115,7 @@ class DpgaParams(BaseModel):
 class Dpga(IterativeRecipe):
     name: ClassVar[str] = "dpga"
     one_record_per_unit: ClassVar[bool] = True
+    renamed: ClassVar[dict[str, str]] = {"n_elite": "n_output"}
     Params: ClassVar[type[BaseModel]] = DpgaParams
     params: DpgaParams
 
@@ -132,8 +139,19 @@ class Dpga(IterativeRecipe):
                                 compositions=p.iterations, sampling_rate=p.sampling_rate))
         return stages
 
+    def sizes(self, private: DataFacts) -> dict[str, int]:
+        """App. D.4's ratios to the elite set (the output): 10,000 initial samples for 2,000
+        elites, and 2,000 offspring each by rewriting, filling, crossover and generation."""
+        sizes = super().sizes(private)
+        n = sizes["n_output"]
+        for key, ratio in SIZE_RATIOS.items():
+            value = getattr(self.params, key)
+            sizes[key] = value if value is not None else ratio * n
+        return sizes
+
     def expected_generations(self, private: DataFacts) -> dict[str, int]:
-        p, rounds = self.params, self.params.iterations - 1
+        p = self.resolved(private).params
+        rounds = p.iterations - 1
         probes = 0 if (p.keywords or not (p.use_keywords and p.keywords_per_sample)) else (
             p.keyword_probe_samples * max(1, len(private.label_names or ())))
         return {"generate": probes + p.n_init + rounds * p.n_generate,
@@ -246,7 +264,7 @@ class Dpga(IterativeRecipe):
         probs = meta.label_probs if meta.label_probs is not None else np.ones(1)
         chosen: list[int] = []
         taus = []
-        for label, quota in zip(groups, allocate(self.params.n_elite, probs), strict=True):
+        for label, quota in zip(groups, allocate(self.params.n_output, probs), strict=True):
             rows = np.array([i for i, y in enumerate(pop_labels) if y == label], dtype=np.int64)
             quota = min(int(quota), len(rows))
             if quota == 0:

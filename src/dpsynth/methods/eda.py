@@ -44,13 +44,21 @@ from dpsynth.privacy.stages import LABEL_HISTOGRAM, SELECTION
 log = logging.getLogger(__name__)
 
 
+RECORDS_PER_CANDIDATE = 20
+"""N / N_cld when n_offspring is left out: private records a candidate gets a vote from, on
+average (docs/recipes/eda.md: 20 scored best on ag_news at ε = 1; the seed's scale is 40)."""
+
+
 class EdaParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     iterations: int = Field(5, ge=1, description="T, at most; the budget is split over T")
-    n_public: int = Field(1_000, ge=1, description="N_pb: initial public texts, all labels")
-    n_offspring: int = Field(3_000, ge=1, description="N_cld: population per iteration, all "
-                             "labels")
+    n_public: int | None = Field(None, ge=1, description="N_pb: initial public texts, all "
+                                 "labels; none: n_output (the seed's N_pb = 1,000 beside "
+                                 "dpsynth's former 1,000 outputs)")
+    n_offspring: int | None = Field(None, ge=1, description="N_cld: population per iteration, "
+                                    "all labels; none: N/20 (20 private records a candidate, "
+                                    "docs/recipes/eda.md), at least n_parents a label")
     domain_size: int = Field(300, ge=1, description="K, per label")
     n_parents: int = Field(30, ge=1, description="k = N_par, per label")
     alpha: float = Field(0.1, ge=0, le=1, description="EDA smoothing")
@@ -65,7 +73,8 @@ class EdaParams(BaseModel):
                                "LimitedDomain bars (T·δ₀); the rest is the PLD's")
     text_words: int = Field(20, ge=1, description="length of the generator-written initial "
                             "texts")
-    n_output: int = Field(1_000, ge=1, description="synthetic texts, all labels")
+    n_output: int | None = Field(None, ge=1, description="output size: synthetic texts, all "
+                                 "labels; none: N, the private set's units")
     label_fraction: float = Field(0.05, ge=0, lt=1, description="budget share of a DP label "
                                   "histogram that gives each label its share of the output; "
                                   "0 splits the output evenly")
@@ -92,6 +101,21 @@ class Eda(IterativeRecipe):
     Params: ClassVar[type[BaseModel]] = EdaParams
     params: EdaParams
 
+    def sizes(self, private: DataFacts) -> dict[str, int]:
+        """N_pb = the output size (the seed writes 1,000 public texts and gives no output size;
+        dpsynth's output was 1,000 beside them). N_cld follows N, not the output: what decides
+        whether the selection sees the private data is the votes a candidate gets, N / N_cld;
+        the seed has about 40 (120,000 records, N_cld = 3,000), and ag_news scored best at 20
+        (docs/recipes/eda.md), so N_cld = N / RECORDS_PER_CANDIDATE, and at least n_parents a
+        label."""
+        sizes = super().sizes(private)
+        p = self.params
+        sizes["n_public"] = p.n_public if p.n_public is not None else sizes["n_output"]
+        sizes["n_offspring"] = p.n_offspring if p.n_offspring is not None else max(
+            -(-private.n_units // RECORDS_PER_CANDIDATE),
+            p.n_parents * len(label_groups(private)))
+        return sizes
+
     def _allocated(self, private: DataFacts) -> bool:
         return bool(self.params.label_fraction) and private.has_labels
 
@@ -111,7 +135,7 @@ class Eda(IterativeRecipe):
                                    delta=p.delta_share * delta / p.iterations, monotonic=True)]
 
     def expected_generations(self, private: DataFacts) -> dict[str, int]:
-        return {"generate": self.params.n_public}
+        return {"generate": self.resolved(private).params.n_public}
 
     def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
         """Selection drowned: each record votes once per iteration, so a candidate holds
@@ -119,7 +143,7 @@ class Eda(IterativeRecipe):
         to at random (trec ε = 1: 24.7 against 4.5, 0.300 ± 0.006 at a majority class of
         0.276; ag_news ε = 1: 25.3 against 6.7, 0.721 ± 0.051)."""
         scale = plan.stage(SELECTION).mechanism.noise_scale
-        votes = private.n_units / self.params.n_offspring
+        votes = private.n_units / self.resolved(private).params.n_offspring
         if scale < 4 * votes:
             return []
         return [f"eda: the selection's Gumbel noise (scale {scale:.3g}) is over 4 times the "

@@ -43,11 +43,13 @@ log = logging.getLogger(__name__)
 
 
 class KdTutorParams(LengthParams):
-    n_output: int = Field(2_000, ge=1, description="synthetic texts in the output")
+    n_output: int | None = Field(None, ge=1, description="output size: synthetic texts in the "
+                                 "output; none: N, the private set's units")
     pool_factor: float = Field(3.0, ge=1, description="candidates for the student to rank, "
                                "per output sample")
-    n_negatives: int = Field(2_000, ge=1, description="public candidates the teachers learn "
-                             "as negatives (kept apart from the ones the student ranks)")
+    n_negatives: int | None = Field(None, ge=1, description="public candidates the teachers "
+                                    "learn as negatives (kept apart from the ones the student "
+                                    "ranks); none: n_output")
     teachers: int = Field(60, ge=1, description="PATE teachers, each trained on a disjoint "
                           "partition of the private data")
     n_queries: int = Field(100, ge=1, description="candidates the student learns from; each "
@@ -74,6 +76,15 @@ class KdTutor(Recipe):
     state_version: ClassVar[int] = 2  # 2: the pool's count of negatives
     Params: ClassVar[type[BaseModel]] = KdTutorParams
     params: KdTutorParams
+
+    def sizes(self, private: DataFacts) -> dict[str, int]:
+        """The negatives follow the output size, one for one (dpsynth's former defaults, 2,000
+        each; the seed gives no count). The pool the student ranks is already a ratio of
+        the output (`pool_factor`)."""
+        sizes = super().sizes(private)
+        n = self.params.n_negatives
+        sizes["n_negatives"] = n if n is not None else sizes["n_output"]
+        return sizes
 
     def _tutored(self, private: DataFacts) -> bool:
         return self.params.label_mode == "tutor" and private.has_labels
@@ -106,7 +117,7 @@ class KdTutor(Recipe):
                 "more ε, or fewer n_queries"]
 
     def expected_generations(self, private: DataFacts) -> dict[str, int]:
-        p = self.params
+        p = self.resolved(private).params
         return {"generate": p.n_negatives + int(np.ceil(p.pool_factor * p.n_output))}
 
     def run(self, ctx: RunContext) -> SyntheticSet:

@@ -2,6 +2,7 @@
 compares against.
 
     S_0 = random API (generate from the label and a length drawn from a DP length histogram)
+          N = n_output texts; N is by default the private set's size (its units, public)
     repeat T:  DP nearest-neighbour histogram over S (Gaussian, counts below H zeroed)
                S' = N draws in proportion to the noisy counts
                S  = variation API (rewrite) of S'        — skipped after the last vote
@@ -54,8 +55,9 @@ FINAL_CANDIDATES = 2
 class PeParams(LengthParams):
     iterations: int = Field(10, ge=1, description="T: DP votes; a rewrite follows every vote but "
                             "the last")
-    n_samples: int = Field(2_000, ge=1, description="population per iteration; also the output "
-                           "size")
+    n_output: int | None = Field(None, ge=1, description="output size, and the population of "
+                                 "every iteration (AUG-PE's N_syn: the population is the "
+                                 "output); none: N, the private set's units")
     sampling_rate: float = Field(1.0, gt=0, le=1, description="Poisson rate at which private "
                                  "records join each vote")
     threshold: float = Field(2.0, ge=0, description="noisy counts below H count as zero")
@@ -72,6 +74,7 @@ class PeParams(LengthParams):
 class PrivateEvolution(IterativeRecipe):
     name: ClassVar[str] = "pe"
     one_record_per_unit: ClassVar[bool] = True
+    renamed: ClassVar[dict[str, str]] = {"n_samples": "n_output"}
     Params: ClassVar[type[BaseModel]] = PeParams
     params: PeParams
 
@@ -88,14 +91,15 @@ class PrivateEvolution(IterativeRecipe):
         return stages
 
     def expected_generations(self, private: DataFacts) -> dict[str, int]:
-        p = self.params
-        return {"generate": self._initial_size(),
-                "rewrite": (p.iterations - 1) * p.n_samples}
+        sized = self.resolved(private)
+        p = sized.params
+        return {"generate": sized._initial_size(),
+                "rewrite": (p.iterations - 1) * p.n_output}
 
     def _initial_size(self) -> int:
         """S_0's size: with one vote it is the last, which needs FINAL_CANDIDATES × N."""
         p = self.params
-        return p.n_samples * (FINAL_CANDIDATES if p.iterations == 1 else 1)
+        return p.n_output * (FINAL_CANDIDATES if p.iterations == 1 else 1)
 
     def iterations(self) -> int:
         return self.params.iterations
@@ -157,7 +161,7 @@ class PrivateEvolution(IterativeRecipe):
         picked: list[int] = []
         by_label = [np.array([i for i, y in enumerate(pop_labels) if y == label],
                              dtype=np.int64) for label in groups]
-        quotas = allocate(self.params.n_samples, np.asarray(probs))
+        quotas = allocate(self.params.n_output, np.asarray(probs))
         if distinct:
             quotas = _distinct_quotas(quotas, np.array([len(r) for r in by_label]),
                                       np.asarray(probs))
