@@ -67,9 +67,10 @@ class LmTrainingParams(BaseModel):
     lora_rank: int = Field(16, ge=0, description="SmolLM2: rank of the LoRA adapters trained "
                            "on every linear layer (peft); 0 trains the whole model but its "
                            "tied token embedding. The offline LM is always trained whole")
-    steps: int = Field(30, ge=1, description="DP-Adam training steps (30 x 64 records is "
-                       "about 20 min for SmolLM2 with LoRA on 2 idle CPU cores; the offline LM "
-                       "was tuned at 200)")
+    steps: int = Field(30, ge=1, description="DP-Adam training steps: few, for a CPU (a "
+                       "SmolLM2 step is a forward and backward pass of 64 records through "
+                       "135M weights); the seed's scale, 200 or more, wants a GPU. The "
+                       "offline LM was tuned at 200")
     batch_size: int = Field(64, ge=1, description="expected Poisson batch size")
     max_grad_norm: float = Field(1.0, gt=0, description="per-example gradient clipping norm C")
     learning_rate: float = Field(2e-3, gt=0, description="Adam learning rate (for LoRA "

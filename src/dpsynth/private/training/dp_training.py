@@ -255,15 +255,10 @@ class _BookKeeping:
         self._noisy_update()
 
     def _noisy_update(self) -> None:
-        """One draw of the whole noise vector on the CPU from the keyed generator, moved to
-        the device at once: hundreds of small draws and copies (LoRA's adapters) cost more
-        than the noise itself."""
         std = self.config.noise_multiplier * self.config.max_grad_norm
-        params = self.clipper.params
-        flat = torch.normal(0, std, (sum(p.numel() for p in params),), generator=self.generator)
-        noise = flat.to(params[0].device).split([p.numel() for p in params])
-        for param, part in zip(params, noise, strict=True):
-            param.grad = (param.grad + part.view_as(param)) / self.expected_batch_size
+        for param in self.clipper.params:  # drawn on the CPU from the keyed generator
+            noise = torch.normal(0, std, param.shape, generator=self.generator)
+            param.grad = (param.grad + noise.to(param.device)) / self.expected_batch_size
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
