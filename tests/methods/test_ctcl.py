@@ -30,8 +30,8 @@ def config(tmp_path, tickets, recipe, tiny_lm, topics, noise="cryptographic", **
     texts, labels = tickets
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
-    base = {"n_output": 30, "model": str(tiny_lm), "steps": 6, "batch_size": 32,
-            "max_length": 32, **params}
+    base = {"n_output": 30, **({"model": str(tiny_lm)} if tiny_lm else {}), "steps": 6,
+            "batch_size": 32, "max_length": 32, **params}
     if recipe == "ctcl":
         base["topic_model"] = str(topics)
     raw = {"data": {"path": "private.csv", "label_column": "label", "labels": sorted(set(labels))},
@@ -246,3 +246,23 @@ def test_dpft_neither_uses_nor_probes_the_configured_generator(tmp_path, tickets
     assert outputs.result.texts
     assert "backends.generator is not used" in caplog.text
     assert "DP fine-tuning: 2 of 2 steps done" in caplog.text  # no bar outside a terminal
+
+
+@pytest.mark.slow
+def test_ctcl_fine_tunes_smollm_with_lora_and_samples_it(tmp_path, tickets, topics):
+    """The default LM end to end: LoRA adapters trained under DP-Adam, merged, converted to
+    CTranslate2 and sampled through the smollm generator's prompts; only the adapters are
+    checkpointed, and the canary never comes out."""
+    from tests.smollm import require_smollm
+
+    require_smollm()
+    cfg = config(tmp_path, tickets, "ctcl", None, topics, n_output=6, steps=2, batch_size=8,
+                 max_length=64, checkpoint_every=1)
+    outputs = run(cfg, embedder=HashEmbedder(), generator=RecordingGenerator())
+    texts = outputs.result.texts
+    assert 1 <= len(texts) <= 6 and all(t.strip() for t in texts)
+    assert CANARY not in "\n".join(texts)
+    privacy = json.loads(outputs.privacy.read_text())
+    assert privacy["breakdown"]["training"]["releases"] == 2
+    exported = list((tmp_path / "ctcl").rglob("model.bin"))  # CTranslate2's int8 weights
+    assert len(exported) == 1 and not list((tmp_path / "ctcl").rglob("step-*.safetensors"))
