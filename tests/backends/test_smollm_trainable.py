@@ -131,3 +131,26 @@ def test_smollm_lora_weights_move_and_the_export_differs_from_the_public_model(s
     changed = [n for n, t in merged.items() if not torch.equal(t, public[n])]
     assert any("q_proj" in n for n in changed) and any("down_proj" in n for n in changed)
     assert not any("embed_tokens" in n or "norm" in n for n in changed)
+
+
+def test_a_lora_checkpoint_holds_the_adapters_and_loads_back_onto_the_public_model(tmp_path):
+    from safetensors import safe_open
+
+    from dpsynth.private.training.state import TrainingCheckpoints
+
+    documents = [([3, 4, 10, 11, 12, END], 2), ([3, 5, 20, 21, 22, END], 2)] * 4
+    model = tiny_lora_llama()
+    config = DpTraining(steps=3, sampling_rate=1.0, noise_multiplier=0.5, max_grad_norm=1.0,
+                        learning_rate=1e-2, max_length=64, expected_batch_size=8)
+    checkpoints = TrainingCheckpoints(tmp_path, 3, lambda step: None)
+    dp_finetune(model, [d for d, _ in documents], END, config,
+                PrivacyLedger(1e9, 1e-5, discretization=0.1), "training", EVENT, keys(),
+                checkpoints, starts=[s for _, s in documents])
+    with safe_open(next(tmp_path.glob("step-*.safetensors")), "pt") as state:
+        saved = [n[len("model/"):] for n in state.keys() if n.startswith("model/")]  # noqa: SIM118
+    assert saved and all("lora_" in n for n in saved)
+    fresh = tiny_lora_llama()
+    TrainingCheckpoints(tmp_path, 3, lambda step: None, resume_step=3).load_weights(fresh)
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), name
