@@ -1,0 +1,215 @@
+"""DP decoding, or private prediction (Amin et al. 2024, "Private prediction for large-scale
+synthetic text generation"; InvisibleInk, Vinod et al., NeurIPS 2025): no training and no
+selection; each synthetic text is sampled token by token from the local LM with a batch of
+private records in its context.
+
+    labels      a Laplace label histogram → texts per label           (label_fraction of ε)
+    batches     the records of each label split by a digest of their own text into
+                disjoint batches of about B; one batch per text
+    for each text, for t = 1 .. max_tokens (until the end of turn):
+        p       log-probabilities of the next token, public prompt only
+        V       top-k+ of p (public)
+        u       p + Σ_{records i in the batch} clip(q_i − p, −C, C) / B  on V,
+                q_i with record i in the prompt
+        token   drawn from softmax(u / T): the exponential mechanism,
+                (2C / (B·T))-bounded-range per token
+    output      the texts, each with its label
+
+The decoding stage's ε fixes 2C/(B·T) by PLD/RDP composition of `max_tokens` bounded-range
+draws (the batches are disjoint: a record moves one text); B and T are configured, so the plan
+derives the clip C. Privacy analysis: docs/recipes/dp_decoding.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dpsynth.data.facts import DataFacts
+from dpsynth.errors import ConfigError
+from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
+from dpsynth.methods.parts.distinct import distinct
+from dpsynth.methods.parts.toolbox import allocate
+from dpsynth.privacy.planning import BudgetPlan, StageSpec
+from dpsynth.privacy.stages import DECODING, LABEL_HISTOGRAM
+from dpsynth.private import DecodingSetup, TextRequest
+
+log = logging.getLogger(__name__)
+
+EXAMPLE = "{example}"
+SYSTEM = "You write short, realistic texts. You reply with the text only."
+PROMPT = ("Here is a short text about {label}:\n\n{example}\n\nWrite a new short text about "
+          "{label}.")
+PUBLIC_PROMPT = "Write a new short text about {label}."
+UNLABELLED = "any topic"
+"""What `{label}` reads in the prompts of unlabelled data."""
+WEAK_CLIP = 0.5
+"""Below this clip C, a batch moves a token's log-probability by at most ±0.5 in total: the
+texts say little more than the public prompt does."""
+
+
+class DpDecodingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_output: int = Field(100, ge=1, description="synthetic texts, one per disjoint batch of "
+                          "private records")
+    batch_size: int = Field(16, ge=1, description="B: private records in each text's batch "
+                            "(expected), and the public divisor of their summed shifts; a "
+                            "larger B allows a larger clip C at the same ε, and costs B "
+                            "forward passes per token")
+    temperature: float = Field(1.0, gt=0, description="T: sampling temperature of the "
+                               "aggregate; the plan derives the clip C = ε_token·B·T/2")
+    max_tokens: int = Field(64, ge=1, description="tokens per text at most; the plan charges "
+                            "this many draws per text (a text that ends earlier spends the "
+                            "same)")
+    top_k: int = Field(50, ge=1, description="k of the public top-k+ candidate set: the k most "
+                       "likely tokens without a record, and those within 2C of the k-th")
+    max_example_tokens: int = Field(64, ge=1, description="tokens of each private record put in "
+                                    "the context; longer records are cut")
+    forward_batch: int = Field(16, ge=1, description="rows per forward pass (fixed shape: a "
+                               "record's distribution must not depend on its companions)")
+    label_fraction: float = Field(0.05, ge=0, lt=1, description="budget share of a DP label "
+                                  "histogram allocating texts to labels; 0 allocates uniformly")
+    system: str = Field(SYSTEM, description="system message of both prompts (none when empty)")
+    prompt: str = Field(PROMPT, description="instruction with a private record in context: "
+                        "{example} is replaced by the record (exactly once), {label} by the "
+                        "label's name")
+    public_prompt: str = Field(PUBLIC_PROMPT, description="the same instruction without a "
+                               "record: the public distribution each record's shift is "
+                               "clipped around; {label} as in prompt")
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_example(cls, value: str) -> str:
+        if value.count(EXAMPLE) != 1:
+            raise ValueError("must hold {example} exactly once")
+        return value
+
+    @field_validator("public_prompt")
+    @classmethod
+    def _no_example(cls, value: str) -> str:
+        if EXAMPLE in value:
+            raise ValueError("must not hold {example}: it is the prompt without a record")
+        return value
+
+
+class DpDecoding(Recipe):
+    name: ClassVar[str] = "dp_decoding"
+    one_record_per_unit: ClassVar[bool] = True
+    Params: ClassVar[type[BaseModel]] = DpDecodingParams
+    params: DpDecodingParams
+
+    def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
+        p = self.params
+        stages = []
+        if p.label_fraction and private.has_labels:
+            stages.append(StageSpec(LABEL_HISTOGRAM, "laplace", p.label_fraction,
+                                    sensitivity=private.records_per_unit))
+        rest = 1.0 - sum(s.fraction for s in stages)
+        # one draw per token, ε per draw = 1 / noise scale; the parallel texts count once
+        stages.append(StageSpec(DECODING, "exponential", rest, compositions=p.max_tokens))
+        return stages
+
+    def expected_generations(self, private: DataFacts) -> dict[str, int]:
+        """None of the generator's operations: it reads the LM's next-token distributions
+        (`n_output` texts of up to `max_tokens` draws, each B/forward_batch + 1 forward
+        passes of one token per row)."""
+        return {}
+
+    def clip(self, plan: BudgetPlan) -> float:
+        """C, from the plan's ε per token: ε_token = 2C/(B·T)."""
+        p = self.params
+        return p.batch_size * p.temperature / (2 * plan.stage(DECODING).noise_scale)
+
+    def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
+        p, c = self.params, self.clip(plan)
+        notes = [f"dp_decoding: each record's shift of a token's log-probability is clipped to "
+                 f"±{c:.3g} (batch_size {p.batch_size}, temperature {p.temperature:g}, "
+                 f"max_tokens {p.max_tokens})"]
+        if c < WEAK_CLIP:
+            notes.append(f"dp_decoding: clip {c:.3g} < {WEAK_CLIP}: the texts will read much "
+                         "like the public prompt's; raise batch_size (or ε, or lower "
+                         "max_tokens)")
+        if not (p.label_fraction and private.has_labels):
+            notes.append(f"dp_decoding: no DP label counts (label_fraction 0 or no labels): "
+                         f"each label's records are split over its texts, about "
+                         f"{private.n_units // p.n_output} records per text (more than "
+                         f"batch_size {p.batch_size} costs forward passes, not privacy)")
+        elif p.n_output * p.batch_size > private.n_units:
+            notes.append(f"dp_decoding: {p.n_output} texts × batch_size {p.batch_size} > "
+                         f"{private.n_units} units: the batches hold fewer than "
+                         f"{p.batch_size} records on average, which weakens each text's "
+                         "private signal")
+        return notes
+
+    def run(self, ctx: RunContext) -> SyntheticSet:
+        if ctx.generator.is_remote:  # before any release: private text meets a local LM only
+            raise ConfigError("recipe dp_decoding puts private records in the generator's "
+                              "context, so it needs a local generator (smollm or hf); "
+                              "backends.generator is remote")
+        lm = dataclasses.replace(ctx.generator.context_lm(), system=self.params.system)
+        if ctx.resumed is not None and "texts" in ctx.resumed[1]:
+            return self._output(ctx, ctx.resumed[1])
+        state = ctx.resumed[1] if ctx.resumed is not None else self._labels(ctx)
+        if ctx.resumed is None:
+            ctx.save(0, state)
+        requests, buckets = self._requests(ctx, state["label_counts"])
+        p = self.params
+        setup = DecodingSetup(p.batch_size, self.clip(ctx.plan), p.top_k, p.max_example_tokens,
+                              p.forward_batch, p.max_tokens)
+        drawn = ctx.private.decode(ctx.plan.stage(DECODING), lm, setup, requests, buckets,
+                                   ctx.seed, p.temperature)
+        ended = sum(bool(ids) and ids[-1] == lm.eos_id for ids in drawn)
+        texts = [lm.decode([t for t in ids if t != lm.eos_id]) for ids in drawn]
+        names = label_groups(ctx.private)
+        kept = [(x, names[r.group]) for x, r in zip(texts, requests, strict=True) if x.strip()]
+        out_texts, out_labels = distinct([x for x, _ in kept], [y for _, y in kept])
+        state = {**state, "texts": out_texts, "labels": out_labels}
+        ctx.report({"texts_decoded": len(texts), "ended_before_max_tokens": ended,
+                    "synthetic": len(out_texts), "clip": setup.clip,
+                    "tokens": int(sum(len(ids) for ids in drawn)),
+                    "epsilon_spent": ctx.private.spent()})
+        ctx.save(1, state)
+        return self._output(ctx, state)
+
+    def _output(self, ctx: RunContext, state: dict) -> SyntheticSet:
+        return SyntheticSet(state["texts"], state["labels"] if ctx.private.has_labels else None)
+
+    def _labels(self, ctx: RunContext) -> dict:
+        """The noisy record count per label (a DP label histogram), or none: texts are then
+        allocated uniformly."""
+        counts = None
+        if self.params.label_fraction and ctx.private.has_labels:
+            counts = ctx.private.label_counts(ctx.plan.stage(LABEL_HISTOGRAM)).tolist()
+        return {"label_counts": counts}
+
+    def _requests(self, ctx: RunContext, noisy_counts: list[float] | None
+                  ) -> tuple[list[TextRequest], list[int]]:
+        """`n_output` texts over the labels, in proportion to their noisy counts (uniformly
+        without); a label's records are split into max(its texts, noisy count / B) buckets,
+        the first of which feed its texts, one each. Only the config and the DP counts fix
+        the buckets, never N: a record joining moves no other record's bucket. Without
+        noisy counts each label has as many buckets as texts (every record is used)."""
+        p, groups = self.params, label_groups(ctx.private)
+        sizes = np.asarray(noisy_counts if noisy_counts is not None else [1.0] * len(groups))
+        probs = sizes / sizes.sum() if sizes.sum() > 0 else np.full(len(groups), 1 / len(groups))
+        counts = allocate(p.n_output, probs, minimum=0)
+        buckets = [max(int(n), int(size // p.batch_size) if noisy_counts is not None else 0, 1)
+                   for n, size in zip(counts, sizes, strict=True)]
+        requests = []
+        for g, (group, n) in enumerate(zip(groups, counts, strict=True)):
+            label = ctx.label_name(group) if group is not None else UNLABELLED
+            private = p.prompt.replace("{label}", label).replace(EXAMPLE, _slot())
+            public = p.public_prompt.replace("{label}", label)
+            requests += [TextRequest(g, j, public, private) for j in range(int(n))]
+        return requests, buckets
+
+
+def _slot() -> str:
+    from dpsynth.backends.context_lm import SLOT
+
+    return SLOT
