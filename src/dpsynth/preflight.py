@@ -131,5 +131,6 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     for note in plan.recipe.plan_notes(ds, plan.budget):
         console.print(f"[yellow]note:[/yellow] {note}")
     calls = plan.recipe.expected_generations(ds)
-    console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
-                  + f" (total {sum(calls.values()):,})")
+    console.print("generator outputs: " + (", ".join(f"{op} {n:,}" for op, n in calls.items())
+                                           + f" (total {sum(calls.values()):,})" if calls
+                                           else "none"))

@@ -127,9 +127,11 @@ class DpDecoding(Recipe):
 
     def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
         p, c = self.params, self.clip(plan)
-        notes = [f"dp_decoding: each record's shift of a token's log-probability is clipped to "
-                 f"±{c:.3g} (batch_size {p.batch_size}, temperature {p.temperature:g}, "
-                 f"max_tokens {p.max_tokens})"]
+        eps_token = 1 / plan.stage(DECODING).noise_scale
+        notes = [f"dp_decoding: each token is a bounded-range draw of ε {eps_token:.3g} (the "
+                 f"decoding stage's 1 / noise scale; {p.max_tokens} per text, the texts in "
+                 f"parallel), so each record's shift of a token's log-probability is clipped to "
+                 f"±{c:.3g} (batch_size {p.batch_size}, temperature {p.temperature:g})"]
         if c < WEAK_CLIP:
             notes.append(f"dp_decoding: clip {c:.3g} < {WEAK_CLIP}: the texts will read much "
                          "like the public prompt's; raise batch_size (or ε, or lower "
