@@ -244,3 +244,10 @@ def test_prompts_must_hold_the_example_slot_once():
         DpDecoding.from_config({"prompt": "no example here"})
     with pytest.raises(ConfigError, match="public_prompt"):
         DpDecoding.from_config({"public_prompt": "with {example}"})
+
+
+def test_decoded_texts_are_tidied_into_one_output_cell():
+    """A byte-level LM can draw a lone \\r, control bytes, or half a UTF-8 character."""
+    from dpsynth.methods.dp_decoding import tidy
+
+    assert tidy(" a\rb\r\nc\x07\x19d\ufffde\t f ") == "a\nb\ncde\t f"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import unicodedata
 from typing import ClassVar
 
 import numpy as np
@@ -166,7 +167,7 @@ class DpDecoding(Recipe):
         drawn = ctx.private.decode(ctx.plan.stage(DECODING), lm, setup, requests, buckets,
                                    ctx.seed, p.temperature)
         ended = sum(bool(ids) and ids[-1] == lm.eos_id for ids in drawn)
-        texts = [lm.decode([t for t in ids if t != lm.eos_id]) for ids in drawn]
+        texts = [tidy(lm.decode([t for t in ids if t != lm.eos_id])) for ids in drawn]
         names = label_groups(ctx.private)
         kept = [(x, names[r.group]) for x, r in zip(texts, requests, strict=True) if x.strip()]
         out_texts, out_labels = distinct([x for x, _ in kept], [y for _, y in kept])
@@ -209,6 +210,14 @@ class DpDecoding(Recipe):
             public = p.public_prompt.replace("{label}", label)
             requests += [TextRequest(g, j, public, private) for j in range(int(n))]
         return requests, buckets
+
+
+def tidy(text: str) -> str:
+    """A decoded text as one output cell: line breaks as \\n (a lone \\r splits a CSV row),
+    no control characters, no U+FFFD (what a token sequence cut inside a UTF-8 character
+    decodes to). Public post-processing of released tokens."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufffd", "")
+    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) != "Cc").strip()
 
 
 def _slot() -> str:
