@@ -41,8 +41,25 @@ def make_plan(config: RunConfig, frame: pd.DataFrame | None = None) -> RunPlan:
     delta = resolve_delta(config.budget, data.n_units)
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)
+    _refuse_a_remote_lm(config, recipe)
     budget = recipe.budget_plan(data, config.budget.epsilon, delta)
     return RunPlan(config, data, recipe, delta, budget)
+
+
+def _refuse_a_remote_lm(config: RunConfig, recipe: Recipe) -> None:
+    """A recipe that puts private records in the LM's context needs the LM in this process,
+    on the CPU: refused here from the config, so `dpsynth plan` says it too (the recipe
+    checks the generator object again before its first release)."""
+    if not recipe.needs_local_lm:
+        return
+    generator = config.backends.generator
+    if generator.name == "openai":
+        raise ConfigError(f"recipe {recipe.name} puts private records in the generator's "
+                          "context, so it needs a local generator (smollm or hf); "
+                          "backends.generator is remote")
+    if generator.name == "hf" and generator.device not in (None, "cpu"):
+        raise ConfigError(f"recipe {recipe.name} reads the LM's next-token distributions on "
+                          f"the CPU; backends.generator.device is {generator.device} (set cpu)")
 
 
 def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:

@@ -199,16 +199,23 @@ PARAMS = {"n_output": 8, "batch_size": 4, "max_tokens": 6, "max_example_tokens":
           "forward_batch": 4}
 
 
-def _config(tmp_path, **params):
+def _config(tmp_path, data=None, backends=None, **params):
     texts, labels = ticket_texts(120)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
     raw = {"data": {"path": "private.csv", "label_column": "label",
-                    "labels": sorted(set(labels))},
+                    "labels": sorted(set(labels)), **(data or {})},
            "budget": {"epsilon": 2.0}, "seed": 1,
            "recipe": {"name": "dp_decoding", "params": {**PARAMS, **params}},
            "output": {"dir": str(tmp_path / "out")}}
+    if backends:
+        raw["backends"] = backends
     return parse_config(raw, base_dir=tmp_path)
+
+
+def _nothing_charged(tmp_path) -> bool:
+    journal = tmp_path / "out" / "checkpoints" / "releases.jsonl"
+    return not journal.exists() or '"charge"' not in journal.read_text()
 
 
 class RemoteGenerator(RecordingGenerator):
@@ -220,6 +227,50 @@ def test_a_remote_generator_is_refused_before_any_release(tmp_path):
         run(_config(tmp_path), embedder=HashEmbedder(), generator=RemoteGenerator())
     journal = tmp_path / "out" / "checkpoints" / "releases.jsonl"
     assert not journal.exists() or '"charge"' not in journal.read_text()
+
+
+class OffCpuGenerator(RecordingGenerator):
+    """A local generator whose model sits on another device (the meta device stands in for
+    cuda here: both fail at the release's `.numpy()`)."""
+
+    def context_lm(self):
+        import copy
+        import dataclasses
+
+        lm = super().context_lm()
+        return dataclasses.replace(lm, model=copy.deepcopy(lm.model).to("meta"))
+
+
+def test_a_model_off_the_cpu_is_refused_before_any_release(tmp_path):
+    with pytest.raises(ConfigError, match="on the CPU.*meta"):
+        run(_config(tmp_path), embedder=HashEmbedder(), generator=OffCpuGenerator())
+    assert _nothing_charged(tmp_path)
+
+
+def test_a_label_name_holding_the_example_slot_is_refused_before_any_release(tmp_path):
+    config = _config(tmp_path, data={"label_names": {"billing": "bills like {example}"}})
+    with pytest.raises(ConfigError, match=r"example slot 3 times, not once"):
+        run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert _nothing_charged(tmp_path)
+
+
+def test_rows_longer_than_the_models_context_are_refused_before_any_release(tmp_path):
+    """The tiny GPT-2 has 512 positions: 480 example tokens + the prompt + 40 tokens do not
+    fit."""
+    config = _config(tmp_path, max_example_tokens=480, max_tokens=40)
+    with pytest.raises(ConfigError, match="512 positions"):
+        run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert _nothing_charged(tmp_path)
+
+
+@pytest.mark.parametrize("generator,match", [
+    ({"name": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1"}, "remote"),
+    ({"name": "hf", "model": "some-folder", "device": "cuda"}, "device is cuda")])
+def test_the_plan_refuses_a_remote_or_off_cpu_generator(tmp_path, generator, match):
+    from dpsynth.preflight import make_plan
+
+    with pytest.raises(ConfigError, match=match):
+        make_plan(_config(tmp_path, backends={"generator": generator}))
 
 
 def test_the_plan_derives_the_clip_from_epsilon_and_charges_max_tokens_draws(tmp_path):

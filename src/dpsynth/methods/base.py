@@ -106,6 +106,10 @@ class Recipe(ABC):
     """False for recipes that sample a model of their own (ctcl, dpft: the DP fine-tuned LM):
     `backends.generator` is then neither probed nor asked for anything."""
 
+    needs_local_lm: ClassVar[bool] = False
+    """True for recipes that put private records in the generator's context (dp_decoding): a
+    remote generator, or a model off the CPU, is refused by the plan."""
+
     def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
         self.params = params
         self.split = split

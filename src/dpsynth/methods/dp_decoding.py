@@ -101,6 +101,7 @@ class DpDecodingParams(BaseModel):
 class DpDecoding(Recipe):
     name: ClassVar[str] = "dp_decoding"
     one_record_per_unit: ClassVar[bool] = True
+    needs_local_lm: ClassVar[bool] = True
     Params: ClassVar[type[BaseModel]] = DpDecodingParams
     params: DpDecodingParams
 
@@ -155,6 +156,7 @@ class DpDecoding(Recipe):
                               "context, so it needs a local generator (smollm or hf); "
                               "backends.generator is remote")
         lm = dataclasses.replace(ctx.generator.context_lm(), system=self.params.system)
+        self._check_lm(ctx, lm)  # config-only refusals, before the first release
         if ctx.resumed is not None and "texts" in ctx.resumed[1]:
             return self._output(ctx, ctx.resumed[1])
         state = ctx.resumed[1] if ctx.resumed is not None else self._labels(ctx)
@@ -178,6 +180,43 @@ class DpDecoding(Recipe):
                     "epsilon_spent": ctx.private.spent()})
         ctx.save(1, state)
         return self._output(ctx, state)
+
+    def _check_lm(self, ctx: RunContext, lm) -> None:
+        """Refuse, from the config and the model alone (no record), what would otherwise fail
+        inside the decoding release after the whole budget is charged: a model off the CPU,
+        a prompt whose rendering holds the example slot more or less than once (a label name
+        with `{example}`), and rows longer than the model's context."""
+        p = self.params
+        device = _device(lm.model)
+        if device != "cpu":
+            raise ConfigError(f"recipe dp_decoding reads the LM's next-token distributions on "
+                              f"the CPU; the generator's model is on {device} (set "
+                              "backends.generator.device: cpu)")
+        limit = _max_positions(lm.model)
+        for private, public in self._prompts(ctx):
+            slots = lm.render(private).count(_slot())
+            if slots != 1:
+                raise ConfigError(f"recipe dp_decoding: the rendered prompt holds the example "
+                                  f"slot {slots} times, not once: a label name or "
+                                  "recipe.params.system holds {example}; rename it")
+            before, after = lm.slotted(private)
+            width = len(before) + p.max_example_tokens + len(after)
+            longest = max(width, len(lm.prompt(public))) + p.max_tokens
+            if limit is not None and longest > limit:
+                raise ConfigError(f"recipe dp_decoding: a row is {longest} tokens (prompt "
+                                  f"{len(before) + len(after)} + max_example_tokens "
+                                  f"{p.max_example_tokens} + max_tokens {p.max_tokens}, or the "
+                                  f"public prompt + max_tokens), more than the model's "
+                                  f"{limit} positions; lower max_example_tokens or max_tokens")
+
+    def _prompts(self, ctx: RunContext) -> list[tuple[str, str]]:
+        """Each group's private instruction (with the example slot) and public one."""
+        out = []
+        for group in label_groups(ctx.private):
+            label = ctx.label_name(group) if group is not None else UNLABELLED
+            out.append((self.params.prompt.replace("{label}", label).replace(EXAMPLE, _slot()),
+                        self.params.public_prompt.replace("{label}", label)))
+        return out
 
     def _output(self, ctx: RunContext, state: dict) -> SyntheticSet:
         return SyntheticSet(state["texts"], state["labels"] if ctx.private.has_labels else None)
@@ -204,10 +243,8 @@ class DpDecoding(Recipe):
         buckets = [max(int(n), int(size // p.batch_size) if noisy_counts is not None else 0, 1)
                    for n, size in zip(counts, sizes, strict=True)]
         requests = []
-        for g, (group, n) in enumerate(zip(groups, counts, strict=True)):
-            label = ctx.label_name(group) if group is not None else UNLABELLED
-            private = p.prompt.replace("{label}", label).replace(EXAMPLE, _slot())
-            public = p.public_prompt.replace("{label}", label)
+        for g, ((private, public), n) in enumerate(zip(self._prompts(ctx), counts,
+                                                        strict=True)):
             requests += [TextRequest(g, j, public, private) for j in range(int(n))]
         return requests, buckets
 
@@ -218,6 +255,23 @@ def tidy(text: str) -> str:
     decodes to). Public post-processing of released tokens."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufffd", "")
     return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) != "Cc").strip()
+
+
+def _device(model) -> str:
+    try:
+        return str(next(model.parameters()).device.type)
+    except (AttributeError, StopIteration, TypeError):
+        return "cpu"
+
+
+def _max_positions(model) -> int | None:
+    """The model's maximum positions (None when its config does not say)."""
+    config = getattr(model, "config", None)
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _slot() -> str:
