@@ -288,6 +288,40 @@ def test_the_plan_derives_the_clip_from_epsilon_and_charges_max_tokens_draws(tmp
     assert 0 < metrics["synthetic"] <= PARAMS["n_output"]
 
 
+def test_label_fraction_zero_is_refused():
+    """The DP counts size the batches; without them a batch would hold N_y / n_y records."""
+    from dpsynth.methods.dp_decoding import DpDecoding
+
+    with pytest.raises(ConfigError, match="label_fraction"):
+        DpDecoding.from_config({"label_fraction": 0})
+
+
+def test_unlabelled_data_sizes_its_batches_from_one_dp_record_count(tmp_path, monkeypatch):
+    """Without labels the label stage releases one cell (the DP record count), and the
+    batches hold about B records, not N / n_output."""
+    from dpsynth.private.releases import decoding
+
+    seen = []
+    real = decoding.record_batches
+
+    def spy(*args, **kwargs):
+        seen.extend(real(*args, **kwargs))
+        return seen[-len(args[1]):]
+
+    monkeypatch.setattr(decoding, "record_batches", spy)
+    texts = ticket_texts(120)[0]
+    pd.DataFrame({"text": texts}).to_csv(tmp_path / "private.csv", index=False)
+    config = parse_config({"data": {"path": "private.csv"}, "budget": {"epsilon": 2.0},
+                           "seed": 1, "recipe": {"name": "dp_decoding", "params": {
+                               **PARAMS, "n_output": 2, "max_tokens": 2}},
+                           "output": {"dir": str(tmp_path / "out")}}, base_dir=tmp_path)
+    outputs = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    privacy = json.loads(outputs.privacy.read_text())
+    assert [c["stage"] for c in privacy["charges"]] == ["label_histogram", "decoding"]
+    assert len(seen) == 2
+    assert all(len(batch) <= 3 * PARAMS["batch_size"] for batch in seen)  # not 60 each
+
+
 def test_prompts_must_hold_the_example_slot_once():
     from dpsynth.methods.dp_decoding import DpDecoding
 

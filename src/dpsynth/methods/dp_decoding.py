@@ -3,9 +3,10 @@ synthetic text generation"; InvisibleInk, Vinod et al., NeurIPS 2025): no traini
 selection; each synthetic text is sampled token by token from the local LM with a batch of
 private records in its context.
 
-    labels      a Laplace label histogram → texts per label           (label_fraction of ε)
+    labels      a Laplace label histogram (one DP record count without labels)
+                → texts per label and buckets per label             (label_fraction of ε)
     batches     the records of each label split by a digest of their own text into
-                disjoint batches of about B; one batch per text
+                max(texts, noisy count / B) disjoint buckets of about B; one per text
     for each text, for t = 1 .. max_tokens (until the end of turn):
         p       log-probabilities of the next token, public prompt only
         V       top-k+ of p (public)
@@ -73,8 +74,10 @@ class DpDecodingParams(BaseModel):
                                     "the context; longer records are cut")
     forward_batch: int = Field(16, ge=1, description="rows per forward pass (fixed shape: a "
                                "record's distribution must not depend on its companions)")
-    label_fraction: float = Field(0.05, ge=0, lt=1, description="budget share of a DP label "
-                                  "histogram allocating texts to labels; 0 allocates uniformly")
+    label_fraction: float = Field(0.05, gt=0, lt=1, description="budget share of a DP label "
+                                  "histogram (one DP record count without labels) allocating "
+                                  "texts to labels and sizing each label's batches to about B "
+                                  "records; must be > 0")
     system: str = Field(SYSTEM, description="system message of both prompts (none when empty)")
     prompt: str = Field(PROMPT, description="instruction with a private record in context: "
                         "{example} is replaced by the record (exactly once), {label} by the "
@@ -88,6 +91,15 @@ class DpDecodingParams(BaseModel):
     def _one_example(cls, value: str) -> str:
         if value.count(EXAMPLE) != 1:
             raise ValueError("must hold {example} exactly once")
+        return value
+
+    @field_validator("label_fraction", mode="before")
+    @classmethod
+    def _some_counts(cls, value: object) -> object:
+        if isinstance(value, (int, float)) and value <= 0:
+            raise ValueError("must be > 0: the DP label counts (one DP record count without "
+                             "labels) size the batches to about batch_size records; without "
+                             "them a batch's size would follow the private counts")
         return value
 
     @field_validator("public_prompt")
@@ -107,10 +119,10 @@ class DpDecoding(Recipe):
 
     def stages(self, private: DataFacts, delta: float) -> list[StageSpec]:
         p = self.params
-        stages = []
-        if p.label_fraction and private.has_labels:
-            stages.append(StageSpec(LABEL_HISTOGRAM, "laplace", p.label_fraction,
-                                    sensitivity=private.records_per_unit))
+        # the DP counts size the buckets (without labels: one cell, the record count); never
+        # N itself, which moves with one unit and would reshuffle every bucket
+        stages = [StageSpec(LABEL_HISTOGRAM, "laplace", p.label_fraction,
+                            sensitivity=private.records_per_unit)]
         rest = 1.0 - sum(s.fraction for s in stages)
         # one draw per token, ε per draw = 1 / noise scale; the parallel texts count once
         stages.append(StageSpec(DECODING, "exponential", rest, compositions=p.max_tokens))
@@ -138,12 +150,7 @@ class DpDecoding(Recipe):
             notes.append(f"dp_decoding: clip {c:.3g} < {WEAK_CLIP}: the texts will read much "
                          "like the public prompt's; raise batch_size (or ε, or lower "
                          "max_tokens)")
-        if not (p.label_fraction and private.has_labels):
-            notes.append(f"dp_decoding: no DP label counts (label_fraction 0 or no labels): "
-                         f"each label's records are split over its texts, about "
-                         f"{private.n_units // p.n_output} records per text (more than "
-                         f"batch_size {p.batch_size} costs forward passes, not privacy)")
-        elif p.n_output * p.batch_size > private.n_units:
+        if p.n_output * p.batch_size > private.n_units:
             notes.append(f"dp_decoding: {p.n_output} texts × batch_size {p.batch_size} > "
                          f"{private.n_units} units: the batches hold fewer than "
                          f"{p.batch_size} records on average, which weakens each text's "
@@ -222,25 +229,25 @@ class DpDecoding(Recipe):
         return SyntheticSet(state["texts"], state["labels"] if ctx.private.has_labels else None)
 
     def _labels(self, ctx: RunContext) -> dict:
-        """The noisy record count per label (a DP label histogram), or none: texts are then
-        allocated uniformly."""
-        counts = None
-        if self.params.label_fraction and ctx.private.has_labels:
-            counts = ctx.private.label_counts(ctx.plan.stage(LABEL_HISTOGRAM)).tolist()
-        return {"label_counts": counts}
+        """The noisy record count per label (a DP label histogram; without labels, one cell:
+        the DP record count)."""
+        return {"label_counts":
+                ctx.private.label_counts(ctx.plan.stage(LABEL_HISTOGRAM)).tolist()}
 
-    def _requests(self, ctx: RunContext, noisy_counts: list[float] | None
+    def _requests(self, ctx: RunContext, noisy_counts: list[float]
                   ) -> tuple[list[TextRequest], list[int]]:
-        """`n_output` texts over the labels, in proportion to their noisy counts (uniformly
-        without); a label's records are split into max(its texts, noisy count / B) buckets,
-        the first of which feed its texts, one each. Only the config and the DP counts fix
-        the buckets, never N: a record joining moves no other record's bucket. Without
-        noisy counts each label has as many buckets as texts (every record is used)."""
+        """`n_output` texts over the labels, in proportion to their noisy counts; a label's
+        records are split into max(its texts, noisy count / B) buckets, the first of which
+        feed its texts, one each, so a batch holds about B records (or fewer). Only the
+        config and the DP counts fix the buckets, never N: a record joining moves no other
+        record's bucket."""
         p, groups = self.params, label_groups(ctx.private)
-        sizes = np.asarray(noisy_counts if noisy_counts is not None else [1.0] * len(groups))
+        sizes = np.asarray(noisy_counts, dtype=float)
+        if sizes.shape != (len(groups),):
+            raise ValueError("one noisy count per label group expected")
         probs = sizes / sizes.sum() if sizes.sum() > 0 else np.full(len(groups), 1 / len(groups))
         counts = allocate(p.n_output, probs, minimum=0)
-        buckets = [max(int(n), int(size // p.batch_size) if noisy_counts is not None else 0, 1)
+        buckets = [max(int(n), int(size // p.batch_size), 1)
                    for n, size in zip(counts, sizes, strict=True)]
         requests = []
         for g, ((private, public), n) in enumerate(zip(self._prompts(ctx), counts,

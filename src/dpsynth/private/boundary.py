@@ -92,9 +92,13 @@ class Private:
                                      stage.name)
 
     def label_counts(self, stage: StagePlan) -> np.ndarray:
-        """The noisy count of records per label (clipped at zero)."""
-        codes = self._data.label_codes(Access.LEDGERED_OP)
-        counts = np.bincount(codes, minlength=len(self.label_names or ()))
+        """The noisy count of records per label (clipped at zero); without labels, one cell:
+        the noisy count of records."""
+        if self._data.has_labels:
+            codes = self._data.label_codes(Access.LEDGERED_OP)
+            counts = np.bincount(codes, minlength=len(self.label_names or ()))
+        else:
+            counts = np.array([len(self._data.texts(Access.LEDGERED_OP))])
         return np.clip(noisy_histogram(counts, stage.mechanism, self._ledger, self._noise,
                                        stage.name), 0.0, None)
 
