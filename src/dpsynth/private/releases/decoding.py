@@ -166,9 +166,11 @@ class _State:
 
 
 def top_k_plus(public_logp: np.ndarray, k: int, clip: float) -> np.ndarray:
-    """InvisibleInk's top-k+ set, from public log-probabilities alone: the k most likely
-    tokens and every token within 2C of the k-th (one that the clipped private shift could
-    lift into the top k), in token order."""
+    """A top-k+ set (after InvisibleInk's), from public log-probabilities alone: the k most
+    likely tokens and every token within 2C of the k-th, in token order. The margin covers
+    every token the clipped private shift could lift into the top k only for a batch of at
+    most B records (the aggregate then moves by at most C); a batch of n > B moves it by up to
+    n·C/B. The set is public either way: privacy does not depend on the margin."""
     k = min(k, public_logp.size)
     kth = np.partition(public_logp, public_logp.size - k)[public_logp.size - k]
     return np.flatnonzero(public_logp >= kth - 2 * clip)
