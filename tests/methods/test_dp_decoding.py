@@ -26,6 +26,7 @@ from dpsynth.private.releases.decoding import (
     TextRequest,
     record_batches,
 )
+from dpsynth.private.releases.decoding import batch_of as decoding_batch_of
 from dpsynth.synthesis import run
 from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
 
@@ -51,12 +52,16 @@ def _scores(public: np.ndarray, contributions: np.ndarray, clip: float, b: int) 
 @pytest.mark.parametrize("clip,b,temperature", [(0.5, 4, 1.0), (2.0, 8, 0.7), (5.0, 2, 1.5)])
 def test_one_record_more_moves_each_token_probability_within_e_to_the_epsilon(
         clip, b, temperature):
-    """On small vocabularies the exponential mechanism's output distribution is exact: for
-    random batches and records, and for the worst records (+C on one token, −C on the
-    others), every token's probability ratio between D and D' = D plus one record lies in
+    """The formula, on synthetic vectors (this test's own `_scores` and
+    `mechanism.probabilities`, which the release path does not call; the release's own
+    scores are checked end to end by
+    `test_one_record_more_moves_the_real_law_of_every_token_within_epsilon`): for random
+    batches and records, and for adversarial records (+C on one token, −C on the others),
+    every token's probability ratio between D and D' = D plus one record lies in
     [e^-ε, e^ε], and all the log-ratios of one pair of batches lie in one interval of width
-    ε (bounded range), with ε = 2C/(B·T) as charged. The worst records come within 1% of ε:
-    the charge is not loose."""
+    ε (bounded range), with ε = 2C/(B·T) as charged. The random adversarial records reach at
+    least 0.495·ε (half the range each way, within 1%); with two tokens, one dominating, the
+    one-sided ratio reaches ε itself (within a relative 1e-6): the charge is not loose."""
     mechanism = ExponentialSample(temperature, 2 * clip / b)
     eps = mechanism.epsilon
     assert eps == pytest.approx(2 * clip / (b * temperature))
@@ -171,6 +176,67 @@ def test_one_record_more_moves_every_token_score_within_an_interval_of_2c_over_b
             assert moved.max() - moved.min() <= 2 * setup.clip / setup.batch_size + 1e-9
             assert np.abs(moved).max() <= setup.clip / setup.batch_size + GRID
             drawn.append(int(ids[np.argmax(u)]))
+
+
+def _log_law(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """log softmax(u / T): the law the release's Gumbel-max draw samples."""
+    z = scores / temperature
+    return z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+
+
+@pytest.mark.parametrize("clip,temperature,tight", [
+    (2.0**-10, 0.01, True),  # C far below every shift: each record's term saturates at ±C
+    (0.7, 1.0, False)])
+def test_one_record_more_moves_the_real_law_of_every_token_within_epsilon(clip, temperature,
+                                                                         tight):
+    """End to end on the release's own code: D and D' = D plus one record go through the real
+    `record_batches` (digest buckets) and `BatchScores` (fixed-shape forwards, the grid, the
+    clip, the top-k+ set) of the tiny GPT-2; along several token paths the law
+    softmax(u / T) of every candidate moves by at most ε_token = 2C/(B·T) in log-probability,
+    and where every term saturates and the law sits on one token (small T), the added record
+    moves some token by at least 0.9·ε_token: the per-token charge is the real worst case."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, setup = tiny_context_lm(), _setup(clip=clip, max_tokens=5)
+    eps = 2 * clip / (setup.batch_size * temperature)
+    texts, labels = ticket_texts(40)
+    names = sorted(set(labels))
+    requests = [TextRequest(g, j, f"write a new text about {y}",
+                            f"here is a text about {y} {SLOT} write a new text about {y}")
+                for g, y in enumerate(names) for j in range(2)]
+    buckets, seed = [3] * len(names), 5
+    target = requests[0]  # bucket 0 of the first label
+    extra = next(x for x in (f"password reset locked login {i} " * 6 for i in range(200))
+                 if decoding_batch_of(x, buckets[0], seed) == 0)
+
+    def batches(t, y):
+        return record_batches(PrivateDataset(t, labels=y, label_names=names), requests,
+                              buckets, seed)
+
+    d, d2 = batches(texts, labels), batches([*texts, extra], [*labels, names[0]])
+    moved = [i for i, (a, b) in enumerate(zip(d, d2, strict=True)) if a != b]
+    assert moved == [0] and d2[0] == [*d[0], extra]  # one more record, in one batch only
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for path in range(4):  # greedy, sampled from D's law, sampled from D''s law, random
+        a = BatchScores(lm, setup, target, d[0])
+        b = BatchScores(lm, setup, target, d2[0])
+        drawn: list[int] = []
+        for _ in range(setup.max_tokens):
+            step_a, step_b = a.next_scores(drawn), b.next_scores(drawn)
+            if step_a is None:
+                break
+            (ids, u), (ids2, u2) = step_a, step_b
+            assert np.array_equal(ids, ids2)  # the candidates are public
+            law, law2 = _log_law(u, temperature), _log_law(u2, temperature)
+            ratio = law2 - law
+            assert np.abs(ratio).max() <= eps * (1 + 1e-9) + 1e-12
+            worst = max(worst, float(np.abs(ratio).max()))
+            pick = [int(np.argmax(u)), int(rng.choice(ids.size, p=np.exp(law))),
+                    int(rng.choice(ids.size, p=np.exp(law2))), int(rng.integers(ids.size))]
+            drawn.append(int(ids[pick[path]]))
+    if tight:
+        assert worst >= 0.9 * eps
 
 
 def test_each_record_joins_one_batch_by_its_own_text():
