@@ -239,6 +239,50 @@ def test_one_record_more_moves_the_real_law_of_every_token_within_epsilon(clip, 
         assert worst >= 0.9 * eps
 
 
+def test_a_nan_shift_counts_as_no_shift():
+    """A record whose log-probabilities are NaN (an overflowed forward) moves no score: the
+    NaN becomes 0 before the clip (a rule that does not look at the data)."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, setup = tiny_context_lm(), _setup()
+    texts = ticket_texts(8)[0]
+    without = BatchScores(lm, setup, REQUEST, texts[:2]).next_scores([])
+    scores = BatchScores(lm, setup, REQUEST, [*texts[:2], texts[5]])
+    logp, mask, cache = scores._chunks[0].value
+    logp = logp.copy()
+    logp[2] = np.nan
+    scores._chunks[0].value = (logp, mask, cache)
+    ids, u = scores.next_scores([])
+    assert np.all(np.isfinite(u))
+    assert np.array_equal(ids, without[0]) and np.array_equal(u, without[1])
+
+
+def test_long_records_are_cut_by_the_tokenizer_without_a_length_warning():
+    """transformers warns (with the token count) about a text longer than the model's
+    maximum; a private record is cut by the tokenizer itself, so nothing is logged, and the
+    cut keeps the record's first tokens."""
+    import copy
+    import logging
+
+    from tests.methods.fakes import tiny_context_lm
+
+    lm = copy.deepcopy(tiny_context_lm())
+    lm.tokenizer.model_max_length = 8
+    record = "password reset locked login account " * 20
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        cut = lm.encode(record, 12)
+        assert not records
+        assert cut == lm.encode(record)[:12]
+        assert records  # the uncut encoding does warn: the check above can see one
+    finally:
+        logger.removeHandler(handler)
+
+
 def test_each_record_joins_one_batch_by_its_own_text():
     """Adding a record adds it to at most one batch and moves no other record."""
     texts, labels = ticket_texts(60)

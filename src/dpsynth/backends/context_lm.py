@@ -50,8 +50,20 @@ class ContextLM:
                                                       add_generation_prompt=True)
         return "\n\n".join(t["content"] for t in turns) + "\n\n"
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+    def encode(self, text: str, limit: int | None = None) -> list[int]:
+        """Token ids of `text`; with `limit`, its first `limit` tokens, cut by the tokenizer
+        itself (truncation on), so that transformers never warns about, and logs the length
+        of, a long private record."""
+        if limit is None:
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        side = getattr(self.tokenizer, "truncation_side", "right")
+        self.tokenizer.truncation_side = "right"  # the first tokens, as the slice keeps them
+        try:
+            ids = self.tokenizer.encode(text, add_special_tokens=False, truncation=True,
+                                        max_length=limit)
+        finally:
+            self.tokenizer.truncation_side = side
+        return list(ids)[:limit]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()

@@ -107,7 +107,7 @@ class BatchScores:
         self._eos = lm.eos_id
         before, after = lm.slotted(request.private_instruction)
         width = len(before) + setup.max_example_tokens + len(after)  # public: one row length
-        rows = [before + lm.encode(x)[: setup.max_example_tokens] + after for x in examples]
+        rows = [before + lm.encode(x, setup.max_example_tokens) + after for x in examples]
         public = lm.prompt(request.public_instruction)
         filler = public[-width:]  # the padding rows of a chunk: public, masked out of sums
         self._public = _State(self._prefill([public], len(public)), 1)
@@ -155,7 +155,11 @@ class BatchScores:
         total = np.zeros(candidates.size, dtype=np.int64)
         for state in self._chunks:
             logp = state.value[0][: state.real, candidates]
-            shift = np.rint((logp - public[candidates]) / GRID)
+            # a NaN shift (a record whose forward overflowed) counts as no shift, and ±inf
+            # as ±C: data-independent rules, before the clip
+            diff = np.nan_to_num(logp - public[candidates], nan=0.0, posinf=self.setup.clip,
+                                 neginf=-self.setup.clip)
+            shift = np.rint(diff / GRID)
             total += np.clip(shift, -self._clip, self._clip).astype(np.int64).sum(axis=0)
         return candidates, public[candidates] + total * GRID / self.setup.batch_size
 
