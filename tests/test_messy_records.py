@@ -220,7 +220,7 @@ def run_recipe(tmp_path: Path, request, recipe: str, path: Path, fmt: str, out: 
 
 
 def _one_thread(recipe: str):
-    if recipe not in ("eda", "ctcl", "dpft"):
+    if recipe not in TORCH_RECIPES:
         return contextlib.nullcontext()
     from tests.tiny_lm import one_torch_thread
 
@@ -250,7 +250,7 @@ def check_end_to_end(tmp_path: Path, request, recipe: str, fmt: str, name: str) 
 
 
 E2E_DEFAULT = ["lone_surrogate", "controls"]
-TORCH_RECIPES = {"eda", "ctcl", "dpft"}
+TORCH_RECIPES = {"eda", "ctcl", "dpft", "dp_decoding"}
 
 
 def _recipes():

@@ -99,3 +99,46 @@ def test_an_error_outside_exception_is_shown_without_its_message_too(private_con
     assert done.value.code == 1
     err = capsys.readouterr().err
     assert "CancelledError" in err and CANARIES[2].split()[0] not in err
+
+
+def test_dp_decoding_puts_the_canaries_in_the_local_lms_context_only(private_config, capsys,
+                                                                    monkeypatch):
+    """DP decoding reads private records into the local LM's context (a tiny GPT-2 through
+    the hf generator): no canary reaches stdout, stderr, the log, any file of the run
+    folder (journal, checkpoints, metrics, privacy.json, the synthetic set), the model
+    folder, the generator's cache or the temporary folder."""
+    import tempfile
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.methods.fakes import tiny_context_lm
+    from tests.tiny_lm import one_torch_thread
+
+    lm = tiny_context_lm()
+    folder = private_config / "tiny-gpt2"
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    config = yaml.safe_load((private_config / "run.yaml").read_text())
+    config["backends"]["generator"] = {"name": "hf", "model": str(folder),
+                                       "cache": str(private_config / "cache" / "gen.sqlite")}
+    scratch = private_config / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    config["recipe"] = {"name": "dp_decoding", "params": {
+        "n_output": 6, "batch_size": 4, "max_tokens": 6, "forward_batch": 4}}
+    (private_config / "run.yaml").write_text(yaml.safe_dump(config))
+    with one_torch_thread():
+        try:
+            main(["run", str(private_config / "run.yaml"), "--log-level", "debug"])
+        except SystemExit as done:
+            assert done.code in (0, None)
+    captured = capsys.readouterr()
+    files = [p for p in (private_config / "out").rglob("*") if p.is_file()]
+    assert any(p.name == "synthetic.csv" for p in files)
+    files += [p for where in (folder, private_config / "cache", scratch)
+              for p in where.rglob("*") if p.is_file()]
+    texts = [captured.out, captured.err, *(p.read_text(errors="ignore") for p in files)]
+    for text in texts:
+        for canary in CANARIES:
+            assert canary.split()[0] not in text

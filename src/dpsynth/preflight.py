@@ -54,6 +54,7 @@ def make_plan(config: RunConfig, frame: pd.DataFrame | None = None,
         sizing.refuse_a_fitted_folder(config)
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)
+    _refuse_a_remote_lm(config, recipe)
     recipe = recipe.resolved(data)  # sizes left out: from N, the public unit count
     budget = recipe.budget_plan(data, config.budget.epsilon, delta)
     return RunPlan(config, data, recipe, delta, budget, fitted)
@@ -71,6 +72,22 @@ def _measure(config: RunConfig, data: PrivateDataset) -> Callable[[], Rate]:
         return Rate(rate.seconds_per_output, rate.load_seconds, rate.words, rate.batch)
 
     return measure
+
+
+def _refuse_a_remote_lm(config: RunConfig, recipe: Recipe) -> None:
+    """A recipe that puts private records in the LM's context needs the LM in this process,
+    on the CPU: refused here from the config, so `dpsynth plan` says it too (the recipe
+    checks the generator object again before its first release)."""
+    if not recipe.needs_local_lm:
+        return
+    generator = config.backends.generator
+    if generator.name == "openai":
+        raise ConfigError(f"recipe {recipe.name} puts private records in the generator's "
+                          "context, so it needs a local generator (smollm or hf); "
+                          "backends.generator is remote")
+    if generator.name == "hf" and generator.device not in (None, "cpu"):
+        raise ConfigError(f"recipe {recipe.name} reads the LM's next-token distributions on "
+                          f"the CPU; backends.generator.device is {generator.device} (set cpu)")
 
 
 def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:
@@ -160,8 +177,9 @@ def print_plan(plan: RunPlan, console: Console) -> None:
         console.print(f"[yellow]note:[/yellow] {note}")
     console.print(f"sizes: {_sizes(plan)}", soft_wrap=True)
     calls = plan.recipe.expected_generations(ds)
-    console.print("generator outputs: " + ", ".join(f"{op} {n:,}" for op, n in calls.items())
-                  + f" (total {sum(calls.values()):,})")
+    console.print("generator outputs: " + (", ".join(f"{op} {n:,}" for op, n in calls.items())
+                                           + f" (total {sum(calls.values()):,})" if calls
+                                           else "none"))
     if plan.fit is not None:
         for line in plan.fit.lines():
             console.print(line, soft_wrap=True)

@@ -3,6 +3,7 @@ builds text from its conditions and records every input it was given."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import zlib
 
@@ -63,6 +64,11 @@ class RecordingGenerator(Generator):
         for item in items:
             self.inputs.extend(item if isinstance(item, list) else [str(item)])
 
+    def context_lm(self):
+        """A tiny local GPT-2 for DP decoding: private text reaches its context only, never
+        `inputs`."""
+        return tiny_context_lm()
+
     def generate(self, conditions):
         self._record([repr(c) for c in conditions])
         return [self._text(c, ("g", i, repr(c))) for i, c in enumerate(conditions)]
@@ -80,6 +86,30 @@ class RecordingGenerator(Generator):
     def crossover(self, parent_groups, conditions):
         self._record([p for g in parent_groups for p in g], [repr(c) for c in conditions])
         return [" ".join(g[0].split()[:3] + g[1].split()[3:]) for g in parent_groups]
+
+
+@functools.cache
+def tiny_context_lm():
+    """A one-layer GPT-2 (random weights, seeded) over a byte-level BPE of the ticket words,
+    as a `ContextLM`: DP decoding's code paths in a blink."""
+    import torch
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from dpsynth.backends.context_lm import ContextLM
+
+    corpus = [" ".join(words) for words in VOCAB.values()] + [" ".join(FILLER)]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(corpus * 4, vocab_size=300, min_frequency=1,
+                            special_tokens=["<pad>", "<s>", "</s>"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, pad_token="<pad>",
+                                        bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=32, n_layer=1,
+                        n_head=2, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id)
+    return ContextLM(tokenizer, GPT2LMHeadModel(config).eval(), "tiny-gpt2")
 
 
 CANARY = "zqx-canary-4417 my secret diagnosis"

@@ -69,7 +69,8 @@ def kill_until_finished(tmp_path: Path, recipe: str, kills: int, seed: int,
     then let it finish; the journal's charges after every attempt."""
     config = _config(tmp_path, recipe, params or PARAMS[recipe])
     rng = np.random.default_rng(seed)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # this checkout's code, even where the environment installed another checkout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     snapshots = []
     for attempt in range(kills + 1):
         process = subprocess.Popen([sys.executable, "-c", DRIVER, str(config)], cwd=ROOT,
@@ -110,9 +111,23 @@ def test_killed_at_random_moments_the_spend_stays_true(tmp_path, recipe):
     assert any(0 < len(s) < len(snapshots[-1]) for s in snapshots[:-1])  # killed mid-run
 
 
+@pytest.mark.parametrize("seed", [2, pytest.param(3, marks=pytest.mark.slow),
+                                  pytest.param(4, marks=pytest.mark.slow)])
+def test_dp_decoding_killed_while_it_decodes_charges_its_tokens_once(tmp_path, seed):
+    """DP decoding makes two releases: the label histogram, then one release for all texts
+    (long: 40 texts here). Kills land before, between and inside them; a decoding killed
+    before its answer reached the journal is replayed (its charge kept, not made again) and
+    decoded afresh, since no token of it left the process."""
+    params = {**PARAMS["dp_decoding"], "n_output": 40, "max_tokens": 20}
+    snapshots = kill_until_finished(tmp_path, "dp_decoding", kills=3, seed=seed,
+                                    params=params)
+    _assert_every_release_kept(tmp_path, snapshots)
+    assert [c["stage"] for c in snapshots[-1]] == ["label_histogram", "decoding"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("recipe", ["pe", "dpga", "kd_tutor"])
+@pytest.mark.parametrize("recipe", ["pe", "dpga", "kd_tutor", "dp_decoding"])
 def test_killed_many_times_the_spend_stays_true(tmp_path, recipe, seed):
     snapshots = kill_until_finished(tmp_path, recipe, kills=10, seed=seed)
     _assert_every_release_kept(tmp_path, snapshots)

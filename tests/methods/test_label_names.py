@@ -28,7 +28,7 @@ def coded_config(tmp_path, tickets, recipe, params=None, **data):
     return parse_config(raw, "run.yaml", base_dir=tmp_path)
 
 
-@pytest.mark.parametrize("recipe", sorted(PARAMS))
+@pytest.mark.parametrize("recipe", sorted(set(PARAMS) - {"dp_decoding"}))  # asks no generator
 def test_generators_are_asked_by_name_and_the_output_keeps_the_codes(tmp_path, tickets,
                                                                       recipe):
     generator = RecordingGenerator()
@@ -40,6 +40,31 @@ def test_generators_are_asked_by_name_and_the_output_keeps_the_codes(tmp_path, t
         assert f"label='{code}'" not in sent
     synthetic = pd.read_csv(outputs.synthetic, dtype=str)
     assert set(synthetic["label"]) <= set(CODES)
+    assert set(outputs.result.labels) <= set(CODES)
+
+
+def test_dp_decoding_prompts_its_lm_by_name_and_the_output_keeps_the_codes(
+        tmp_path, tickets, monkeypatch):
+    """DP decoding asks the generator for nothing: the names go into its LM's prompts."""
+    pytest.importorskip("torch")
+    from dpsynth.private.releases import decoding
+    from tests.tiny_lm import one_torch_thread
+
+    prompts = []
+    real = decoding.BatchScores.__init__
+
+    def recording(self, lm, setup, request, examples):
+        prompts.extend([request.public_instruction, request.private_instruction])
+        real(self, lm, setup, request, examples)
+
+    monkeypatch.setattr(decoding.BatchScores, "__init__", recording)
+    with one_torch_thread():
+        outputs = run(coded_config(tmp_path, tickets, "dp_decoding"), embedder=HashEmbedder(),
+                      generator=RecordingGenerator())
+    sent = "\n".join(prompts)
+    assert "about billing" in sent and "about shipping" in sent
+    for code in CODES:
+        assert f"about {code}" not in sent
     assert set(outputs.result.labels) <= set(CODES)
 
 

@@ -84,6 +84,8 @@ class Recorder:
 
 
 def _copy(values):
+    if isinstance(values, m.ScoreSequence) or hasattr(values, "fresh"):  # DP decoding's
+        return values  # sources: scored again along D's tokens, in assert_within_sensitivity
     if isinstance(values, m.Votes):
         return m.Votes(np.array(values.targets), values.n_bins)
     if isinstance(values, list):
@@ -91,11 +93,31 @@ def _copy(values):
     return np.array(values, dtype=float)
 
 
-def assert_within_sensitivity(d: Seen, d2: Seen) -> None:
+def assert_within_sensitivity(d: Seen, d2: Seen, answer: Any = None) -> None:
     """D and D' saw statistics no further apart than the mechanism's charged sensitivity."""
     assert (d.stage, type(d.mechanism)) == (d2.stage, type(d2.mechanism))
     mech, a, b = d.mechanism, d.values, d2.values
     where = f"stage '{d.stage}' ({mech.kind})"
+    if isinstance(mech, m.DisjointSequences):  # DP decoding: scores along D's tokens
+        assert len(a) == len(b) == len(answer), f"{where}: the number of texts moved"
+        moved = 0
+        for i, tokens in enumerate(answer):
+            x, y = a.fresh(i), b.fresh(i)
+            text_moved = False
+            for t in range(len(tokens) + 1):
+                sx, sy = x.next_scores(tokens[:t]), y.next_scores(tokens[:t])
+                if sx is None or sy is None:
+                    assert sx is None and sy is None, f"{where}: the stop moved"
+                    break
+                assert np.array_equal(sx[0], sy[0]), f"{where}: the candidates moved"
+                diff = sy[1] - sx[1]
+                text_moved |= bool(np.any(diff != 0))
+                assert diff.max() - diff.min() <= mech.step.score_range + 1e-9, \
+                    f"{where}: scores moved over a range {diff.max() - diff.min()}"
+            moved += text_moved
+        assert moved <= 1, f"{where}: one unit moved {moved} texts"
+        TEXTS_MOVED.append(moved)
+        return
     if isinstance(mech, m.Disjoint):  # parallel composition: one part may move
         moved = [i for i, (x, y) in enumerate(zip(a, b, strict=True))
                  if not np.array_equal(x, y)]
@@ -129,6 +151,10 @@ def assert_within_sensitivity(d: Seen, d2: Seen) -> None:
             assert (b >= a).all(), f"{where}: a count fell on D'"
     else:  # AboveThreshold, ExponentialTopK: each query or score moves by the sensitivity
         assert diff.max(initial=0) <= mech.sensitivity, f"{where}: L∞ {diff.max()}"
+
+
+TEXTS_MOVED: list[int] = []
+"""How many texts each DP decoding comparison found moved (0 or 1)."""
 
 
 def base_rows(users: bool) -> pd.DataFrame:
@@ -181,8 +207,8 @@ def check_neighbours(tmp_path, monkeypatch, recipe, params, kind, users, k,
     run(config(tmp_path, "d2", neighbour(frame, kind, k), recipe, params, k),
         embedder=embedder(), generator=RecordingGenerator())
     assert len(on_d2.seen) == len(on_d.seen), "the number of releases depends on the data"
-    for d, d2 in zip(on_d.seen, on_d2.seen, strict=True):
-        assert_within_sensitivity(d, d2)
+    for d, d2, answer in zip(on_d.seen, on_d2.seen, on_d.answers, strict=True):
+        assert_within_sensitivity(d, d2, answer)
     return on_d.seen
 
 
@@ -194,7 +220,10 @@ KINDS = ["start", "end", "copies"]
 def test_one_record_more_moves_each_release_within_its_charge(tmp_path, monkeypatch, recipe,
                                                               kind):
     seen = check_neighbours(tmp_path, monkeypatch, recipe, PARAMS[recipe], kind, False, 1)
-    assert "length_histogram" in {s.stage for s in seen}  # every recipe here asks lengths
+    if recipe == "dp_decoding":  # no lengths: the LM writes them, token by token
+        assert [s.stage for s in seen] == ["label_histogram", "decoding"]
+    else:
+        assert "length_histogram" in {s.stage for s in seen}  # every recipe here asks lengths
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -259,3 +288,17 @@ def test_one_record_more_moves_eda_within_its_charge(tmp_path, monkeypatch, tiny
     selections = [s for s in seen if s.stage == "selection"]
     assert selections and all(s.mechanism.inner.monotonic for s in selections)
     assert [s.stage for s in seen].count("label_histogram") == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_record_more_moves_one_decoded_text_within_its_charge(tmp_path, monkeypatch, kind):
+    """Every bucket feeds a text (10 texts a label, ~40 records a label, B = 4), so the added
+    record is in some text's batch: that text's scores move, along D's tokens, within the
+    charged range 2C/B at every token, and no other text's do."""
+    from tests.tiny_lm import one_torch_thread
+
+    TEXTS_MOVED.clear()
+    params = {**PARAMS["dp_decoding"], "n_output": 40}
+    with one_torch_thread():
+        check_neighbours(tmp_path, monkeypatch, "dp_decoding", params, kind, False, 1)
+    assert TEXTS_MOVED == [1]

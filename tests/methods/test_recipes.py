@@ -22,9 +22,21 @@ PARAMS = {
     "pe": {"iterations": 3, "n_output": 12, "label_fraction": 0.1},
     "kd_tutor": {"n_output": 12, "pool_factor": 3, "n_negatives": 40, "teachers": 4,
                  "n_queries": 24, "query_batch": 10},
+    # the tiny GPT-2 of RecordingGenerator.context_lm: private records in its context only
+    "dp_decoding": {"n_output": 12, "batch_size": 4, "max_tokens": 6, "max_example_tokens": 16,
+                    "forward_batch": 4},
 }
-OUTPUT_SIZE = {"dpga": 12, "pe": 12, "kd_tutor": 12}
-RELEASE_STAGE = {"dpga": ("voting", 3), "pe": ("voting", 3), "kd_tutor": ("student_queries", 3)}
+OUTPUT_SIZE = {"dpga": 12, "pe": 12, "kd_tutor": 12, "dp_decoding": range(4, 13)}
+"""Synthetic records out; DP decoding drops a text whose first token ends it (the random tiny
+GPT-2 draws its end token now and then), that is empty once tidied (control bytes, half
+characters), or that repeats another."""
+
+
+def output_size_ok(n: int, recipe: str) -> bool:
+    expected = OUTPUT_SIZE[recipe]
+    return n in expected if isinstance(expected, range) else n == expected
+RELEASE_STAGE = {"dpga": ("voting", 3), "pe": ("voting", 3), "kd_tutor": ("student_queries", 3),
+                 "dp_decoding": ("decoding", 1)}
 RECIPES = pytest.mark.parametrize("recipe", sorted(PARAMS))
 
 
@@ -45,7 +57,7 @@ def test_recipe_runs_and_spends_its_budget(tmp_path, tickets, recipe):
     outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
                   generator=RecordingGenerator())
     synthetic = pd.read_csv(outputs.synthetic)
-    assert len(synthetic) == OUTPUT_SIZE[recipe]
+    assert output_size_ok(len(synthetic), recipe)
     assert set(synthetic["label"]) <= {"billing", "shipping", "technical", "account"}
     privacy = json.loads(outputs.privacy.read_text())
     assert privacy["spent"]["epsilon"] <= 2.0
@@ -60,7 +72,7 @@ def test_recipe_runs_and_spends_its_budget(tmp_path, tickets, recipe):
 def test_recipe_runs_unseeded_as_users_run_it(tmp_path, tickets, recipe):
     outputs = run(make_config(tmp_path, tickets, recipe, seed=None), embedder=HashEmbedder(),
                   generator=RecordingGenerator())
-    assert len(pd.read_csv(outputs.synthetic)) == OUTPUT_SIZE[recipe]
+    assert output_size_ok(len(pd.read_csv(outputs.synthetic)), recipe)
     assert 0 <= json.loads(outputs.privacy.read_text())["spent"]["epsilon"] <= 2.0
 
 
@@ -98,7 +110,7 @@ def test_no_private_text_reaches_the_generator(tmp_path, tickets, recipe):
     outputs = run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
                   generator=generator)
     sent = "\n".join(generator.inputs)
-    assert generator.calls > 0
+    assert generator.calls > 0 or recipe == "dp_decoding"  # it reads the LM's distributions
     for text in tickets[0]:
         assert text not in sent
     assert "zqx-canary" not in sent

@@ -15,7 +15,7 @@ from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 from tests.smollm import require_smollm
 
-RECIPES = ["pe", "dpga", "eda", "ctcl", "dpft", "kd_tutor"]
+RECIPES = ["pe", "dpga", "eda", "ctcl", "dpft", "kd_tutor", "dp_decoding"]
 TINY = {
     "pe": {"iterations": 3, "n_output": 12, "label_fraction": 0.1},
     "dpga": {"iterations": 3, "n_init": 40, "n_output": 12, "n_rewrite": 8, "n_fill": 8,
@@ -27,6 +27,8 @@ TINY = {
             "n_parents": 4, "n_output": 16, "text_words": 8},
     "ctcl": {"n_output": 20, "steps": 4, "batch_size": 32, "max_length": 32},
     "dpft": {"n_output": 20, "steps": 4, "batch_size": 32, "max_length": 32},
+    "dp_decoding": {"n_output": 12, "batch_size": 4, "max_tokens": 6, "max_example_tokens": 16,
+                    "forward_batch": 4},  # RecordingGenerator's tiny GPT-2
 }
 
 
@@ -71,6 +73,9 @@ def tiny_stand_ins(recipe, tmp_path, getfixturevalue):
 
         params["decoder"] = str(getfixturevalue("tiny_inversion")[1])
         embedder = HashEmbedder(INVERSION_DIM)
+    if recipe == "dp_decoding":
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
     if recipe in ("ctcl", "dpft"):
         pytest.importorskip("torch")
         pytest.importorskip("opacus")
@@ -93,7 +98,7 @@ def stand_ins(request, tmp_path):
 
 
 def _one_thread_if_torch(recipe):
-    if recipe not in ("eda", "ctcl", "dpft"):
+    if recipe not in ("eda", "ctcl", "dpft", "dp_decoding"):
         return contextlib.nullcontext()
     from tests.tiny_lm import one_torch_thread
 
@@ -140,6 +145,7 @@ SHIPPED = {  # small sizes; every model is the shipped default, built from the c
             "n_parents": 4, "n_output": 12},
     "ctcl": {"n_output": 12, "steps": 2, "batch_size": 16, "max_length": 32},
     "dpft": {"n_output": 12, "steps": 2, "batch_size": 16, "max_length": 32},
+    "dp_decoding": {"n_output": 4, "batch_size": 4, "max_tokens": 12, "forward_batch": 4},
 }
 
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dpsynth.errors import DpsynthError
+
+if TYPE_CHECKING:
+    from dpsynth.backends.context_lm import ContextLM
 
 BLANK = "_"
 """The blank marker in texts passed to `Generator.fill`, as in dpga-textsyn's prompts."""
@@ -103,6 +107,13 @@ class Generator(ABC):
         model's token probabilities offer it; the others raise `BackendError`."""
         raise BackendError(f"{type(self).__name__} cannot score continuations (no token "
                            "log-probabilities); use the offline or hf generator")
+
+    def context_lm(self) -> ContextLM:
+        """The local causal LM behind this generator, for recipes that put text in its
+        context and read its next-token distributions (DP decoding). Only backends that hold
+        their model in this process offer it; the others raise `BackendError`."""
+        raise BackendError(f"{type(self).__name__} holds no local LM whose next-token "
+                           "distributions can be read; use the smollm or hf generator")
 
     @abstractmethod
     def generate(self, conditions: Sequence[Condition]) -> list[str]:

@@ -124,6 +124,10 @@ class CachedGenerator(Generator):
         return {**self.inner.usage(), "cache_hits": float(self.hits),
                 "cache_misses": float(self.misses)}
 
+    def context_lm(self):
+        """The inner generator's LM: what its context holds is never cached."""
+        return self.inner.context_lm()
+
     def state_dict(self) -> dict[str, Any]:
         """The sample numbering, for a checkpoint (digests only, no text)."""
         return {"seen": dict(self._seen)}

@@ -42,6 +42,9 @@ class CountingGenerator(Generator):
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         return self.inner.score(prompts, continuations)
 
+    def context_lm(self):
+        return self.inner.context_lm()
+
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
         _announce("generate", conditions)
         return self._count("generate", self.inner.generate(conditions))

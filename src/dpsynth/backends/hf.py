@@ -95,6 +95,15 @@ class HFGenerator(PromptedGenerator):
             out += self._sample(texts[start : start + size])
         return out
 
+    def context_lm(self):
+        """This generator's causal model and tokenizer (DP decoding)."""
+        from dpsynth.backends.context_lm import ContextLM
+
+        if self.seq2seq:
+            raise BackendError(f"{self.model_path}: DP decoding needs a causal LM, this one "
+                               "is seq2seq")
+        return ContextLM(self.tokenizer, self.model, self._fingerprint)
+
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         """Summed log-probability of each continuation after its prompt (plain text, no chat
         template), for causal models."""

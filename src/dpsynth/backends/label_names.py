@@ -44,6 +44,9 @@ class LabelNamedGenerator(Generator):
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         return self.inner.score(prompts, continuations)
 
+    def context_lm(self):
+        return self.inner.context_lm()
+
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
         return self.inner.generate(named_conditions(conditions, self.names))
 

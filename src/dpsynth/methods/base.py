@@ -114,6 +114,10 @@ class Recipe(ABC):
     """Parameters an older dpsynth took under another name: old name → new name. A config
     that still uses the old one is refused with a message naming the new one."""
 
+    needs_local_lm: ClassVar[bool] = False
+    """True for recipes that put private records in the generator's context (dp_decoding): a
+    remote generator, or a model off the CPU, is refused by the plan."""
+
     def __init__(self, params: BaseModel, split: dict[str, float] | None = None) -> None:
         self.params = params
         self.split = split

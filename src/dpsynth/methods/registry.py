@@ -5,15 +5,16 @@ from __future__ import annotations
 from dpsynth.config import RecipeConfig
 from dpsynth.methods.base import Recipe
 from dpsynth.methods.ctcl import Ctcl
+from dpsynth.methods.dp_decoding import DpDecoding
 from dpsynth.methods.dpft import DpFinetune
 from dpsynth.methods.dpga import Dpga
 from dpsynth.methods.eda import Eda
 from dpsynth.methods.kd_tutor import KdTutor
 from dpsynth.methods.pe import PrivateEvolution
 
-RECIPES: dict[str, type[Recipe]] = {"ctcl": Ctcl, "dpft": DpFinetune, "dpga": Dpga,
-                                     "eda": Eda, "kd_tutor": KdTutor,
-                                     "pe": PrivateEvolution}
+RECIPES: dict[str, type[Recipe]] = {"ctcl": Ctcl, "dp_decoding": DpDecoding,
+                                     "dpft": DpFinetune, "dpga": Dpga, "eda": Eda,
+                                     "kd_tutor": KdTutor, "pe": PrivateEvolution}
 
 
 def build_recipe(cfg: RecipeConfig, split: dict[str, float] | None = None) -> Recipe:

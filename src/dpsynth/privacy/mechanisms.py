@@ -372,6 +372,115 @@ def report_noisy_max(epsilon: float, score_sensitivity: float = 1.0,
 
 
 @dataclass(frozen=True)
+class ExponentialSample(Mechanism):
+    """One draw of the exponential mechanism: index j with probability ∝ exp(score_j / T),
+    by Gumbel-max (Gumbel noise of scale T, the temperature).
+
+    `score_range` bounds how one unit moves the scores: every score moves by an amount in one
+    interval of that width (a unit adds a clipped value in [-C, C]/B to each score: width
+    2C/B). Each output's log-probability then moves within an interval of width
+    score_range/T, so the draw is ε-bounded-range (Durfee & Rogers 2019) with
+    ε = score_range/T: ε-DP, and ε²/8-zCDP for composition. Scores of -inf (tokens outside
+    a public candidate set) are never drawn.
+    """
+
+    temperature: float
+    score_range: float
+    kind: ClassVar[str] = "exponential_sample"
+
+    def __post_init__(self) -> None:
+        _positive("temperature", self.temperature)
+        _positive("score_range", self.score_range)
+
+    @property
+    def epsilon(self) -> float:
+        return self.score_range / self.temperature
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        return BoundedRangeDpEvent(self.epsilon)
+
+    @property
+    def sensitivity(self) -> float:
+        return self.score_range
+
+    @property
+    def noise_scale(self) -> float:
+        return self.temperature
+
+    def probabilities(self, values: Sequence[float]) -> np.ndarray:
+        """The exact output distribution (what the Gumbel-max draw samples from)."""
+        z = np.asarray(values, dtype=np.float64) / self.temperature
+        z = np.exp(z - np.max(z))
+        return z / z.sum()
+
+    def _release(self, values: Sequence[float], noise: NoiseSource) -> int:
+        scores = np.asarray(values, dtype=np.float64).ravel()
+        if scores.size == 0 or not np.isfinite(scores).any() or np.isnan(scores).any() \
+                or np.isposinf(scores).any():
+            raise ValueError("need at least one finite score, none NaN or +inf")
+        return int(np.argmax(scores + noise.gumbel(self.temperature, scores.size)))
+
+
+@runtime_checkable
+class ScoreSequence(Protocol):
+    """The scores of each next draw of a sequence, given the draws before it (adaptive):
+    `next_scores(drawn)` gives (candidate ids, their scores), or None when the sequence is
+    finished; `drawn` holds the candidate ids drawn so far."""
+
+    def next_scores(self, drawn: list[int]) -> tuple[np.ndarray, np.ndarray] | None: ...
+
+
+@dataclass(frozen=True)
+class DisjointSequences(Mechanism):
+    """Sequences of up to `length` adaptive `ExponentialSample` draws, one sequence per
+    `ScoreSequence`, the sequences computed from disjoint parts of the data (private
+    decoding: a text per disjoint batch of records, one draw per token).
+
+    One unit is in one part, so it moves one sequence's scores only: the sequences compose
+    in parallel, and the event is one sequence's, `length` draws composed adaptively (a
+    sequence that finishes early has made fewer; the charge is for `length`). Releases the
+    candidate ids drawn, one list per sequence."""
+
+    step: ExponentialSample
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"length must be >= 1, got {self.length}")
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return f"disjoint_sequences_{self.step.kind}"
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        one = self.step.event
+        return one if self.length == 1 else dp_event.SelfComposedDpEvent(one, self.length)
+
+    @property
+    def sensitivity(self) -> float:
+        return self.step.sensitivity
+
+    @property
+    def noise_scale(self) -> float:
+        return self.step.noise_scale
+
+    def _release(self, values: Sequence[ScoreSequence], noise: NoiseSource) -> list[list[int]]:
+        out = []
+        for source in values:
+            drawn: list[int] = []
+            while len(drawn) < self.length:
+                nxt = source.next_scores(drawn)
+                if nxt is None:
+                    break
+                ids, scores = nxt
+                drawn.append(int(np.asarray(ids)[self.step._release(scores, noise)]))
+            out.append(drawn)
+        return out
+
+
+@dataclass(frozen=True)
 class LimitedDomainTopK(Mechanism):
     """LimitedDomain top-k (Durfee & Rogers 2019; embedding-eda Alg. 3) over a count histogram.
 

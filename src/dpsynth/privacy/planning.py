@@ -25,7 +25,7 @@ from dpsynth.privacy.calibration import calibrate, epsilon_of
 from dpsynth.privacy.events import additive_delta, rdp_epsilon
 
 MechanismKind = Literal["laplace", "gaussian", "subsampled_gaussian", "svt", "limited_domain",
-                        "noisy_mean", "dp_sgd"]
+                        "noisy_mean", "dp_sgd", "exponential"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class StageSpec:
     and makes each selection bounded-range (charged by the smaller of PLD and RDP).
     `dp_sgd` is a DP-SGD/DP-Adam step (noise drawn by opacus): its noise scale is the noise
     multiplier σ/C, its event a Poisson-sampled continuous Gaussian; one step per composition.
+    `exponential` is one draw of the exponential mechanism (`ExponentialSample`) whose scores
+    one unit moves within an interval of width `sensitivity`; its noise scale is the
+    temperature, its event bounded-range with ε = sensitivity / temperature.
     """
 
     name: str
@@ -92,6 +95,8 @@ class StageSpec:
             return m.LimitedDomainTopK((1 if self.monotonic else 2) / noise_scale, self.delta,
                                        self.domain_size or self.selections, self.selections,
                                        monotonic=self.monotonic)
+        if kind == "exponential":
+            return m.ExponentialSample(noise_scale, d)
         if kind == "dp_sgd":
             raise ValueError(f"stage '{self.name}': dp_sgd noise is drawn by the trainer; "
                              "charge the stage's event instead")

@@ -5,6 +5,7 @@ labels (public) is one too."""
 
 from dpsynth.private.boundary import Private
 from dpsynth.private.engine.teachers import train_classifier
+from dpsynth.private.releases.decoding import DecodingSetup, TextRequest
 from dpsynth.private.training.conditioning import Conditioning
 
-__all__ = ["Conditioning", "Private", "train_classifier"]
+__all__ = ["Conditioning", "DecodingSetup", "Private", "TextRequest", "train_classifier"]

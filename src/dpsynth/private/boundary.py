@@ -9,23 +9,27 @@ facts (N, k, the label set) and the budget spent can be read here too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpsynth.data import PrivateDataset
+from dpsynth.data import Access, PrivateDataset
 from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import DisjointSequences, ExponentialSample
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.privacy.planning import StagePlan
 from dpsynth.private.engine import Engine
 from dpsynth.private.engine.nearest import Voters
 from dpsynth.private.engine.ray import ShardedVoters
+from dpsynth.private.releases.decoding import DecodingSetup, TextRequest, dp_decode
 from dpsynth.private.releases.limited_domain import dp_select_parents
 from dpsynth.private.releases.metadata import (
     dp_keyword_votes,
     dp_label_distribution,
     dp_length_histogram,
     dp_length_range,
+    noisy_histogram,
     to_distribution,
 )
 from dpsynth.private.releases.pate import label_within_budget
@@ -35,6 +39,7 @@ from dpsynth.private.releases.voting import dp_labelled_votes, dp_nearest_votes
 from dpsynth.private.training.conditioning import Conditioning
 
 if TYPE_CHECKING:
+    from dpsynth.backends.context_lm import ContextLM
     from dpsynth.backends.offline.trainable import TrainableLM
     from dpsynth.private.training.state import TrainingCheckpoints
 
@@ -85,6 +90,17 @@ class Private:
         """The label distribution, from a noisy histogram of label counts."""
         return dp_label_distribution(self._data, stage.mechanism, self._ledger, self._noise,
                                      stage.name)
+
+    def label_counts(self, stage: StagePlan) -> np.ndarray:
+        """The noisy count of records per label (clipped at zero); without labels, one cell:
+        the noisy count of records."""
+        if self._data.has_labels:
+            codes = self._data.label_codes(Access.LEDGERED_OP)
+            counts = np.bincount(codes, minlength=len(self.label_names or ()))
+        else:
+            counts = np.array([len(self._data.texts(Access.LEDGERED_OP))])
+        return np.clip(noisy_histogram(counts, stage.mechanism, self._ledger, self._noise,
+                                       stage.name), 0.0, None)
 
     def length_range(self, stage: StagePlan, max_words: int) -> tuple[int, int]:
         """Approximate minimum and maximum length in words, by two runs of SVT."""
@@ -166,6 +182,20 @@ class Private:
         dp_finetune(lm.fresh_model(), [ids for ids, _ in documents], lm.pad_id, config,
                     self._ledger, stage.name, stage.release_event, self._noise.random_key,
                     checkpoints, starts=[start for _, start in documents])
+
+    # -- dp_decoding -------------------------------------------------------------------------
+
+    def decode(self, stage: StagePlan, lm: ContextLM, setup: DecodingSetup,
+               requests: Sequence[TextRequest], buckets: Sequence[int], seed: int,
+               temperature: float) -> list[list[int]]:
+        """Token ids of each requested text, sampled token by token from `lm` with the
+        records of the request's batch in its context (each record's shift clipped to C, the
+        sum over B, the exponential mechanism at `temperature`): one release, charged as one
+        text's `max_tokens` draws of the stage's ε (the batches are disjoint)."""
+        step = ExponentialSample(temperature, 2 * setup.clip / setup.batch_size)
+        return dp_decode(self._data, lm, setup, requests, buckets, seed,
+                         DisjointSequences(step, setup.max_tokens), self._ledger, self._noise,
+                         stage.name)
 
     # -- kd_tutor ----------------------------------------------------------------------------
 

@@ -81,6 +81,19 @@ class SmolLMGenerator(PromptedGenerator):
     def usage(self) -> dict[str, float]:
         return {k: float(v) for k, v in self._counts.items()}
 
+    def context_lm(self):
+        """SmolLM2 in float32 torch (the torch engine's model when that engine runs, else
+        loaded once from the same weights): DP decoding reads its next-token distributions."""
+        from dpsynth.backends.context_lm import hf_context_lm
+
+        if getattr(self, "_context_lm", None) is None:
+            model = getattr(self.engine, "model", None)
+            if getattr(self.engine, "name", "") != "torch-float32":
+                model = None
+            self._context_lm = hf_context_lm(weights.hf_folder(), "SmolLM2-135M-Instruct:"
+                                             + weights.gguf_digest(), model)
+        return self._context_lm
+
     def state_dict(self) -> dict[str, int]:
         """The batch count that numbers each batch's seed, for checkpoints."""
         return {"batches": self._batches}

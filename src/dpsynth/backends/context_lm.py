@@ -1,0 +1,92 @@
+"""A local causal LM held in this process, for recipes that put text in its context and read
+its next-token distributions (DP decoding). Only local backends offer one (`Generator.
+context_lm`): a remote generator never gets private text, and refuses.
+
+The LM renders one chat prompt with a slot for an example text; the token ids before and
+after the slot are public (fixed by the instruction), and whatever fills the slot is cut to a
+fixed number of tokens, so every context has one public length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SLOT = "\u2063EXAMPLE\u2063"
+"""Marks where the example goes in the rendered prompt (invisible separators: no instruction
+holds it)."""
+
+
+@dataclass
+class ContextLM:
+    """A tokenizer and a torch causal LM (`model(input_ids, attention_mask, position_ids,
+    past_key_values, use_cache)` → logits), with the chat template when it has one."""
+
+    tokenizer: Any
+    model: Any
+    name: str
+    system: str = ""
+
+    @property
+    def eos_id(self) -> int:
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")  # SmolLM2's end of turn
+        if isinstance(end, int) and end != self.tokenizer.unk_token_id:
+            return end
+        return int(self.tokenizer.eos_token_id)
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.eos_id)
+
+    def render(self, instruction: str) -> str:
+        """The model's input text for one user turn (after `system`, when set), ready for the
+        assistant's reply."""
+        turns = [{"role": "user", "content": instruction}]
+        if self.system:
+            turns.insert(0, {"role": "system", "content": self.system})
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(turns, tokenize=False,
+                                                      add_generation_prompt=True)
+        return "\n\n".join(t["content"] for t in turns) + "\n\n"
+
+    def encode(self, text: str, limit: int | None = None) -> list[int]:
+        """Token ids of `text`; with `limit`, its first `limit` tokens, cut by the tokenizer
+        itself (truncation on), so that transformers never warns about, and logs the length
+        of, a long private record."""
+        if limit is None:
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        side = getattr(self.tokenizer, "truncation_side", "right")
+        self.tokenizer.truncation_side = "right"  # the first tokens, as the slice keeps them
+        try:
+            ids = self.tokenizer.encode(text, add_special_tokens=False, truncation=True,
+                                        max_length=limit)
+        finally:
+            self.tokenizer.truncation_side = side
+        return list(ids)[:limit]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    def slotted(self, instruction: str) -> tuple[list[int], list[int]]:
+        """Token ids of the rendered prompt before and after `SLOT` (which `instruction`
+        holds once)."""
+        if instruction.count(SLOT) != 1:
+            raise ValueError("the instruction must hold the example slot once")
+        before, after = self.render(instruction).split(SLOT)
+        return self.encode(before), self.encode(after)
+
+    def prompt(self, instruction: str) -> list[int]:
+        """Token ids of the rendered prompt (no slot)."""
+        return self.encode(self.render(instruction))
+
+
+def hf_context_lm(folder: Any, name: str, model: Any = None) -> ContextLM:
+    """A `ContextLM` over a local Hugging Face folder (float32 on the CPU), or over `model`
+    when the caller already holds it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    return ContextLM(tokenizer, model, name)

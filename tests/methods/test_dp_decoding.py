@@ -1,0 +1,454 @@
+"""DP decoding: the per-token exponential mechanism checked exactly on neighbouring batches,
+its accounting against dp_accounting, the fixed-shape forward passes, the disjoint batches,
+and the recipe's refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from dp_accounting import dp_event, pld, rdp
+
+from dpsynth.backends.context_lm import SLOT
+from dpsynth.config import parse_config
+from dpsynth.data import PrivateDataset
+from dpsynth.errors import ConfigError
+from dpsynth.privacy.ledger import PrivacyLedger
+from dpsynth.privacy.mechanisms import DisjointSequences, ExponentialSample
+from dpsynth.privacy.noise import NoiseSource
+from dpsynth.private.releases.decoding import (
+    GRID,
+    BatchScores,
+    DecodingSetup,
+    TextRequest,
+    record_batches,
+)
+from dpsynth.private.releases.decoding import batch_of as decoding_batch_of
+from dpsynth.synthesis import run
+from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    from tests.tiny_lm import one_torch_thread
+
+    with one_torch_thread():
+        yield
+
+
+# -- the mechanism, exactly ------------------------------------------------------------------
+
+def _scores(public: np.ndarray, contributions: np.ndarray, clip: float, b: int) -> np.ndarray:
+    """u = p + Σ clip(v_i, -C, C) / B, as BatchScores computes it (without the grid)."""
+    return public + np.clip(contributions, -clip, clip).sum(axis=0) / b
+
+
+@pytest.mark.parametrize("clip,b,temperature", [(0.5, 4, 1.0), (2.0, 8, 0.7), (5.0, 2, 1.5)])
+def test_one_record_more_moves_each_token_probability_within_e_to_the_epsilon(
+        clip, b, temperature):
+    """The formula, on synthetic vectors (this test's own `_scores` and
+    `mechanism.probabilities`, which the release path does not call; the release's own
+    scores are checked end to end by
+    `test_one_record_more_moves_the_real_law_of_every_token_within_epsilon`): for random
+    batches and records, and for adversarial records (+C on one token, −C on the others),
+    every token's probability ratio between D and D' = D plus one record lies in
+    [e^-ε, e^ε], and all the log-ratios of one pair of batches lie in one interval of width
+    ε (bounded range), with ε = 2C/(B·T) as charged. The random adversarial records reach at
+    least 0.495·ε (half the range each way, within 1%); with two tokens, one dominating, the
+    one-sided ratio reaches ε itself (within a relative 1e-6): the charge is not loose."""
+    mechanism = ExponentialSample(temperature, 2 * clip / b)
+    eps = mechanism.epsilon
+    assert eps == pytest.approx(2 * clip / (b * temperature))
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for trial in range(400):
+        vocab = int(rng.integers(2, 12))
+        public = rng.normal(0, 3, vocab)
+        batch = rng.normal(0, 3 * clip, (int(rng.integers(0, 2 * b)), vocab))
+        if trial % 2:  # the adversarial record: all its weight on one token
+            extra = np.full(vocab, -10 * clip)
+            extra[rng.integers(vocab)] = 10 * clip
+        else:
+            extra = rng.normal(0, 3 * clip, vocab)
+        p = mechanism.probabilities(_scores(public, batch, clip, b))
+        q = mechanism.probabilities(_scores(public, np.vstack([batch, extra]), clip, b))
+        ratios = np.log(q) - np.log(p)
+        assert np.abs(ratios).max() <= eps + 1e-12
+        assert ratios.max() - ratios.min() <= eps + 1e-12
+        worst = max(worst, float(np.abs(ratios).max()))
+    assert worst >= 0.99 * eps * 0.5  # an adversarial record reaches half the range each way
+    # with two tokens and a dominating token the one-sided ratio approaches ε itself
+    two = mechanism.probabilities(_scores(np.array([0.0, -50.0]), np.zeros((0, 2)), clip, b))
+    up = np.array([[-clip, clip]])
+    moved = mechanism.probabilities(_scores(np.array([0.0, -50.0]), up, clip, b))
+    assert math.log(moved[1] / two[1]) == pytest.approx(eps, rel=1e-6)
+
+
+def test_the_gumbel_max_draw_samples_the_exponential_mechanism():
+    """The draw follows softmax(u / T): frequencies over 20,000 seeded draws within 4 standard
+    errors of the exact probabilities."""
+    mechanism = ExponentialSample(0.8, 0.1)
+    scores = np.array([0.0, -0.5, 1.0, -np.inf, 0.3])
+    noise = NoiseSource(3)
+    draws = np.array([mechanism._release(scores, noise) for _ in range(20_000)])
+    expected = mechanism.probabilities(scores)
+    counts = np.bincount(draws, minlength=5) / len(draws)
+    assert counts[3] == 0  # -inf: outside the public candidate set, never drawn
+    assert np.all(np.abs(counts - expected) <= 4 * np.sqrt(expected * (1 - expected)
+                                                           / len(draws)) + 1e-12)
+
+
+@pytest.mark.parametrize("eps_token,tokens,delta", [(0.05, 64, 1e-5), (0.3, 48, 1e-6),
+                                                    (1.0, 4, 1e-5)])
+def test_the_decoding_charge_is_dp_accountings_composition_of_its_tokens(eps_token, tokens,
+                                                                         delta):
+    """One decoding release (any number of disjoint texts) spends what dp_accounting composes
+    for `tokens` bounded-range draws: the smaller of the PLD of `tokens` ε-DP draws and the
+    RDP bound of `tokens` ε²/8-zCDP draws, both computed here with dp_accounting itself."""
+    step = ExponentialSample(1.0, eps_token)
+    ledger = PrivacyLedger(epsilon=100.0, delta=delta)
+    ledger.charge("decoding", DisjointSequences(step, tokens).event,
+                  mechanism="disjoint_sequences")
+    by_pld = pld.privacy_loss_distribution.from_privacy_parameters(
+        pld.common.DifferentialPrivacyParameters(eps_token, 0.0),
+        value_discretization_interval=1e-4).self_compose(tokens).get_epsilon_for_delta(delta)
+    accountant = rdp.RdpAccountant()
+    accountant.compose(dp_event.ZCDpEvent(tokens * eps_token**2 / 8))
+    by_rdp = accountant.get_epsilon(delta)
+    assert ledger.spent() == pytest.approx(min(by_pld, by_rdp), rel=1e-3)
+    assert ledger.spent() <= tokens * eps_token + 1e-9  # never above basic composition
+
+
+# -- the forward passes ----------------------------------------------------------------------
+
+def _setup(**overrides) -> DecodingSetup:
+    return DecodingSetup(**{"batch_size": 4, "clip": 0.7, "top_k": 20,
+                            "max_example_tokens": 12, "forward_batch": 3, "max_tokens": 6,
+                            **overrides})
+
+
+REQUEST = TextRequest(0, 0, "write a new text about billing",
+                      f"here is a text about billing {SLOT} write a new text about billing")
+
+
+def _private_logp(scores: BatchScores) -> list[np.ndarray]:
+    """Each record's log-probabilities after the prompt, in batch order."""
+    return [row for state in scores._chunks for row in state.value[0][: state.real]]
+
+
+def test_a_records_distribution_does_not_depend_on_its_companions():
+    """Fixed-shape forward passes: a record's log-probabilities are bit for bit the same
+    whatever records share its chunk (longer, shorter, none)."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm = tiny_context_lm()
+    texts = ticket_texts(12)[0]
+    target = "refund invoice charge card fee"
+    alone = _private_logp(BatchScores(lm, _setup(), REQUEST, [target]))[0]
+    for companions in ([texts[3]], texts[4:6], [texts[7] * 5, texts[8]]):
+        for at in range(len(companions) + 1):
+            batch = [*companions[:at], target, *companions[at:]]
+            assert np.array_equal(_private_logp(BatchScores(lm, _setup(), REQUEST,
+                                                            batch))[at], alone)
+
+
+def test_one_record_more_moves_every_token_score_within_an_interval_of_2c_over_b():
+    """Along one token path, the scores of D's batch and of D's batch plus one record differ,
+    on every candidate, by amounts within one interval of width 2C/B (the charged range)."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, setup = tiny_context_lm(), _setup()
+    texts = ticket_texts(20)[0]
+    for extra in (texts[9], "password " * 40, texts[2]):
+        d, d2 = (BatchScores(lm, setup, REQUEST, texts[:5]),
+                 BatchScores(lm, setup, REQUEST, [*texts[:5], extra]))
+        drawn: list[int] = []
+        for _ in range(setup.max_tokens):
+            (ids, u), (ids2, u2) = d.next_scores(drawn), d2.next_scores(drawn)
+            assert np.array_equal(ids, ids2)  # the candidates are public
+            moved = u2 - u
+            assert moved.max() - moved.min() <= 2 * setup.clip / setup.batch_size + 1e-9
+            assert np.abs(moved).max() <= setup.clip / setup.batch_size + GRID
+            drawn.append(int(ids[np.argmax(u)]))
+
+
+def _log_law(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """log softmax(u / T): the law the release's Gumbel-max draw samples."""
+    z = scores / temperature
+    return z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+
+
+@pytest.mark.parametrize("clip,temperature,tight", [
+    (2.0**-10, 0.01, True),  # C far below every shift: each record's term saturates at ±C
+    (0.7, 1.0, False)])
+def test_one_record_more_moves_the_real_law_of_every_token_within_epsilon(clip, temperature,
+                                                                         tight):
+    """End to end on the release's own code: D and D' = D plus one record go through the real
+    `record_batches` (digest buckets) and `BatchScores` (fixed-shape forwards, the grid, the
+    clip, the top-k+ set) of the tiny GPT-2; along several token paths the law
+    softmax(u / T) of every candidate moves by at most ε_token = 2C/(B·T) in log-probability,
+    and where every term saturates and the law sits on one token (small T), the added record
+    moves some token by at least 0.9·ε_token: the per-token charge is the real worst case."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, setup = tiny_context_lm(), _setup(clip=clip, max_tokens=5)
+    eps = 2 * clip / (setup.batch_size * temperature)
+    texts, labels = ticket_texts(40)
+    names = sorted(set(labels))
+    requests = [TextRequest(g, j, f"write a new text about {y}",
+                            f"here is a text about {y} {SLOT} write a new text about {y}")
+                for g, y in enumerate(names) for j in range(2)]
+    buckets, seed = [3] * len(names), 5
+    target = requests[0]  # bucket 0 of the first label
+    extra = next(x for x in (f"password reset locked login {i} " * 6 for i in range(200))
+                 if decoding_batch_of(x, buckets[0], seed) == 0)
+
+    def batches(t, y):
+        return record_batches(PrivateDataset(t, labels=y, label_names=names), requests,
+                              buckets, seed)
+
+    d, d2 = batches(texts, labels), batches([*texts, extra], [*labels, names[0]])
+    moved = [i for i, (a, b) in enumerate(zip(d, d2, strict=True)) if a != b]
+    assert moved == [0] and d2[0] == [*d[0], extra]  # one more record, in one batch only
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for path in range(4):  # greedy, sampled from D's law, sampled from D''s law, random
+        a = BatchScores(lm, setup, target, d[0])
+        b = BatchScores(lm, setup, target, d2[0])
+        drawn: list[int] = []
+        for _ in range(setup.max_tokens):
+            step_a, step_b = a.next_scores(drawn), b.next_scores(drawn)
+            if step_a is None:
+                break
+            (ids, u), (ids2, u2) = step_a, step_b
+            assert np.array_equal(ids, ids2)  # the candidates are public
+            law, law2 = _log_law(u, temperature), _log_law(u2, temperature)
+            ratio = law2 - law
+            assert np.abs(ratio).max() <= eps * (1 + 1e-9) + 1e-12
+            worst = max(worst, float(np.abs(ratio).max()))
+            pick = [int(np.argmax(u)), int(rng.choice(ids.size, p=np.exp(law))),
+                    int(rng.choice(ids.size, p=np.exp(law2))), int(rng.integers(ids.size))]
+            drawn.append(int(ids[pick[path]]))
+    if tight:
+        assert worst >= 0.9 * eps
+
+
+def test_a_nan_shift_counts_as_no_shift():
+    """A record whose log-probabilities are NaN (an overflowed forward) moves no score: the
+    NaN becomes 0 before the clip (a rule that does not look at the data)."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, setup = tiny_context_lm(), _setup()
+    texts = ticket_texts(8)[0]
+    without = BatchScores(lm, setup, REQUEST, texts[:2]).next_scores([])
+    scores = BatchScores(lm, setup, REQUEST, [*texts[:2], texts[5]])
+    logp, mask, cache = scores._chunks[0].value
+    logp = logp.copy()
+    logp[2] = np.nan
+    scores._chunks[0].value = (logp, mask, cache)
+    ids, u = scores.next_scores([])
+    assert np.all(np.isfinite(u))
+    assert np.array_equal(ids, without[0]) and np.array_equal(u, without[1])
+
+
+def test_long_records_are_cut_by_the_tokenizer_without_a_length_warning():
+    """transformers warns (with the token count) about a text longer than the model's
+    maximum; a private record is cut by the tokenizer itself, so nothing is logged, and the
+    cut keeps the record's first tokens."""
+    import copy
+    import logging
+
+    from tests.methods.fakes import tiny_context_lm
+
+    from transformers.utils import logging as hf_logging
+
+    lm = copy.deepcopy(tiny_context_lm())
+    lm.tokenizer.model_max_length = 8
+    lm.tokenizer.deprecation_warnings = {}  # it warns once per tokenizer: maybe earlier
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()  # whatever an earlier test left it at
+    record = "password reset locked login account " * 20
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        cut = lm.encode(record, 12)
+        assert not records
+        assert cut == lm.encode(record)[:12]
+        assert records  # the uncut encoding does warn: the check above can see one
+    finally:
+        logger.removeHandler(handler)
+        hf_logging.set_verbosity(verbosity)
+
+
+def test_each_record_joins_one_batch_by_its_own_text():
+    """Adding a record adds it to at most one batch and moves no other record."""
+    texts, labels = ticket_texts(60)
+    requests = [TextRequest(g, j, "p", SLOT) for g in range(4) for j in range(3)]
+    buckets = [5, 5, 5, 5]
+
+    def batches(t, y):
+        return record_batches(PrivateDataset(t, labels=y, label_names=sorted(set(labels))),
+                              requests, buckets, seed=3)
+
+    before = batches(texts, labels)
+    assert sum(map(len, before)) < len(texts)  # buckets 3 and 4 of each label are unused
+    for new, label in (("a brand new billing text", "billing"), (texts[5], "account")):
+        after = batches([new, *texts], [label, *labels])
+        changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        assert len(changed) <= 1
+        for i in changed:
+            assert sorted(after[i]) == sorted([*before[i], new])
+
+
+# -- the recipe ------------------------------------------------------------------------------
+
+PARAMS = {"n_output": 8, "batch_size": 4, "max_tokens": 6, "max_example_tokens": 16,
+          "forward_batch": 4}
+
+
+def _config(tmp_path, data=None, backends=None, **params):
+    texts, labels = ticket_texts(120)
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                          index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label",
+                    "labels": sorted(set(labels)), **(data or {})},
+           "budget": {"epsilon": 2.0}, "seed": 1,
+           "recipe": {"name": "dp_decoding", "params": {**PARAMS, **params}},
+           "output": {"dir": str(tmp_path / "out")}}
+    if backends:
+        raw["backends"] = backends
+    return parse_config(raw, base_dir=tmp_path)
+
+
+def _nothing_charged(tmp_path) -> bool:
+    journal = tmp_path / "out" / "checkpoints" / "releases.jsonl"
+    return not journal.exists() or '"charge"' not in journal.read_text()
+
+
+class RemoteGenerator(RecordingGenerator):
+    is_remote = True
+
+
+def test_a_remote_generator_is_refused_before_any_release(tmp_path):
+    with pytest.raises(ConfigError, match="local generator"):
+        run(_config(tmp_path), embedder=HashEmbedder(), generator=RemoteGenerator())
+    journal = tmp_path / "out" / "checkpoints" / "releases.jsonl"
+    assert not journal.exists() or '"charge"' not in journal.read_text()
+
+
+class OffCpuGenerator(RecordingGenerator):
+    """A local generator whose model sits on another device (the meta device stands in for
+    cuda here: both fail at the release's `.numpy()`)."""
+
+    def context_lm(self):
+        import copy
+        import dataclasses
+
+        lm = super().context_lm()
+        return dataclasses.replace(lm, model=copy.deepcopy(lm.model).to("meta"))
+
+
+def test_a_model_off_the_cpu_is_refused_before_any_release(tmp_path):
+    with pytest.raises(ConfigError, match="on the CPU.*meta"):
+        run(_config(tmp_path), embedder=HashEmbedder(), generator=OffCpuGenerator())
+    assert _nothing_charged(tmp_path)
+
+
+def test_a_label_name_holding_the_example_slot_is_refused_before_any_release(tmp_path):
+    config = _config(tmp_path, data={"label_names": {"billing": "bills like {example}"}})
+    with pytest.raises(ConfigError, match=r"example slot 3 times, not once"):
+        run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert _nothing_charged(tmp_path)
+
+
+def test_rows_longer_than_the_models_context_are_refused_before_any_release(tmp_path):
+    """The tiny GPT-2 has 512 positions: 480 example tokens + the prompt + 40 tokens do not
+    fit."""
+    config = _config(tmp_path, max_example_tokens=480, max_tokens=40)
+    with pytest.raises(ConfigError, match="512 positions"):
+        run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert _nothing_charged(tmp_path)
+
+
+@pytest.mark.parametrize("generator,match", [
+    ({"name": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1"}, "remote"),
+    ({"name": "hf", "model": "some-folder", "device": "cuda"}, "device is cuda")])
+def test_the_plan_refuses_a_remote_or_off_cpu_generator(tmp_path, generator, match):
+    from dpsynth.preflight import make_plan
+
+    with pytest.raises(ConfigError, match=match):
+        make_plan(_config(tmp_path, backends={"generator": generator}))
+
+
+def test_the_plan_derives_the_clip_from_epsilon_and_charges_max_tokens_draws(tmp_path):
+    outputs = run(_config(tmp_path), embedder=HashEmbedder(), generator=RecordingGenerator())
+    privacy = json.loads(outputs.privacy.read_text())
+    decoding = [c for c in privacy["charges"] if c["stage"] == "decoding"]
+    assert len(decoding) == 1  # one release for all texts: parallel over disjoint batches
+    event = decoding[0]["event"]
+    assert event["count"] == PARAMS["max_tokens"]
+    metrics = json.loads(outputs.metrics.read_text().splitlines()[-1])
+    eps_token = event["event"]["epsilon"]
+    assert metrics["clip"] == pytest.approx(eps_token * PARAMS["batch_size"] / 2)
+    assert privacy["spent"]["epsilon"] == pytest.approx(2.0, abs=0.02)
+    assert metrics["texts_decoded"] == PARAMS["n_output"]
+    assert 0 < metrics["synthetic"] <= PARAMS["n_output"]
+
+
+def test_label_fraction_zero_is_refused():
+    """The DP counts size the batches; without them a batch would hold N_y / n_y records."""
+    from dpsynth.methods.dp_decoding import DpDecoding
+
+    with pytest.raises(ConfigError, match="label_fraction"):
+        DpDecoding.from_config({"label_fraction": 0})
+
+
+def test_unlabelled_data_sizes_its_batches_from_one_dp_record_count(tmp_path, monkeypatch):
+    """Without labels the label stage releases one cell (the DP record count), and the
+    batches hold about B records, not N / n_output."""
+    from dpsynth.private.releases import decoding
+
+    seen = []
+    real = decoding.record_batches
+
+    def spy(*args, **kwargs):
+        seen.extend(real(*args, **kwargs))
+        return seen[-len(args[1]):]
+
+    monkeypatch.setattr(decoding, "record_batches", spy)
+    texts = ticket_texts(120)[0]
+    pd.DataFrame({"text": texts}).to_csv(tmp_path / "private.csv", index=False)
+    config = parse_config({"data": {"path": "private.csv"}, "budget": {"epsilon": 2.0},
+                           "seed": 1, "recipe": {"name": "dp_decoding", "params": {
+                               **PARAMS, "n_output": 2, "max_tokens": 2}},
+                           "output": {"dir": str(tmp_path / "out")}}, base_dir=tmp_path)
+    outputs = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
+    privacy = json.loads(outputs.privacy.read_text())
+    assert [c["stage"] for c in privacy["charges"]] == ["label_histogram", "decoding"]
+    assert len(seen) == 2
+    assert all(len(batch) <= 3 * PARAMS["batch_size"] for batch in seen)  # not 60 each
+
+
+def test_prompts_must_hold_the_example_slot_once():
+    from dpsynth.methods.dp_decoding import DpDecoding
+
+    with pytest.raises(ConfigError, match="prompt"):
+        DpDecoding.from_config({"prompt": "no example here"})
+    with pytest.raises(ConfigError, match="public_prompt"):
+        DpDecoding.from_config({"public_prompt": "with {example}"})
+
+
+def test_decoded_texts_are_tidied_into_one_output_cell():
+    """A byte-level LM can draw a lone \\r, control bytes, or half a UTF-8 character."""
+    from dpsynth.methods.dp_decoding import tidy
+
+    assert tidy(" a\rb\r\nc\x07\x19d\ufffde\t f ") == "a\nb\ncde\t f"
