@@ -264,9 +264,9 @@ def test_long_records_are_cut_by_the_tokenizer_without_a_length_warning():
     import copy
     import logging
 
-    from tests.methods.fakes import tiny_context_lm
-
     from transformers.utils import logging as hf_logging
+
+    from tests.methods.fakes import tiny_context_lm
 
     lm = copy.deepcopy(tiny_context_lm())
     lm.tokenizer.model_max_length = 8
