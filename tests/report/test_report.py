@@ -216,6 +216,8 @@ def test_majority_class_and_real_train_reference(run_dir):
         assert _shows(page, "0.4567") and "trained on the synthetic set" in page
     assert "trained on the real train split" in private and _shows(private, "0.5813")
     assert "reference classifier trained on the real train split" in public
+    # the caption names the dotted ceiling only where one is drawn (the private page)
+    assert "the dotted one the ceiling" in private and "the dotted one" not in public
 
 
 def test_a_recipe_that_samples_its_own_lm_is_not_reported_as_using_the_generator(run_dir):

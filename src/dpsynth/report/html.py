@@ -365,7 +365,7 @@ def _quality(a: RunArtifacts, include_private: bool, real_test: bool, display: L
     parts = [_verdict(accuracy, floor, ceiling),
              _figure(plots.quality_bars(bars, floor, ceiling),
                      "real-test accuracy of a classifier on embeddings; the dashed line is the "
-                     "floor, the dotted one the ceiling"),
+                     "floor" + (", the dotted one the ceiling" if ceiling is not None else "")),
              _table(["real-test accuracy of a classifier", "accuracy", "how to read it"], rows)]
     if real is not None and ceiling is None:
         parts.append(_private_only("the reference classifier trained on the real train split"))
