@@ -124,6 +124,11 @@ class CachedGenerator(Generator):
         return {**self.inner.usage(), "cache_hits": float(self.hits),
                 "cache_misses": float(self.misses)}
 
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """The wrapped generator's scores, never cached: they are deterministic and cheap
+        beside sampling (eda's readability filter scores through this)."""
+        return self.inner.score(prompts, continuations)
+
     def state_dict(self) -> dict[str, Any]:
         """The sample numbering, for a checkpoint (digests only, no text)."""
         return {"seen": dict(self._seen)}
