@@ -24,6 +24,7 @@ the accuracy / macro-F1 of logistic regression on MiniLM trained on the decoded 
 tested on `--test-size` real test records, beside the same classifier trained on the targets
 themselves (what the embeddings hold). The private embeddings are used here, outside the
 recipe, for the votes only. The perplexity filter is left out (every decoding is scored).
+Each decoding's texts are written beside the cache (`texts-DECODING-seedS.csv`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def main() -> None:
             texts = _decode(args, decoding, seed, labels, targets, public, generator, embedder)
             seconds = (time.perf_counter() - start) / len(flat)
             back = embedder.encode([t or "." for t in texts])
+            pd.DataFrame({"label": y, "text": texts,  # for reading, beside the cache
+                          "cosine": np.sum(back * flat, axis=1)}).to_csv(
+                Path(args.cache) / f"texts-{decoding}-seed{seed}.csv", index=False)
             score = downstream_classification(back, y, test_x, test["label"].tolist(), seed)
             rows.append({"seed": seed, "decoding": decoding,
                          "cosine": float(np.mean(np.sum(back * flat, axis=1))),
@@ -122,6 +126,7 @@ def _decode(args, decoding, seed, labels, targets, public, generator, embedder):
     """Each label's targets decoded as `Eda._decode` decodes them: the parents first (its
     initial texts as public sources), then the draws (the decoded parents added)."""
     recipe = Eda.from_config({"decoding": decoding, "rewrite_samples": args.rewrite_samples,
+                              "rewrite_neighbours": args.rewrite_neighbours,
                               "decode_samples": args.decode_samples})
     ctx = SimpleNamespace(seed=seed, embedder=embedder, generator=generator,
                           embed_public=embedder.encode)
@@ -192,6 +197,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--generator", default="smollm")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rewrite-samples", type=int, default=4)
+    parser.add_argument("--rewrite-neighbours", type=int, default=1)
     parser.add_argument("--decode-samples", type=int, default=8)
     parser.add_argument("--n-public", type=int, default=1000)
     parser.add_argument("--n-offspring", type=int, default=1200)

@@ -126,9 +126,9 @@ def test_eda_decodes_through_the_generator_from_public_text_only(tmp_path, ticke
     generate = generator.generate
     generator.generate = lambda conditions: written.extend(generate(conditions)) or written[
         -len(conditions):]
-    outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
-                  generator=generator)
-    assert generator.rewrites, "generator decoding is the default"
+    outputs = run(make_config(tmp_path, tickets, decoder_dir, decoding="generator"),
+                  embedder=HashEmbedder(DIM), generator=generator)
+    assert generator.rewrites
     public = set(written) | set(inverted) | set(CANDIDATES)
     assert {text for text, _ in generator.rewrites} <= public
     assert {c.label for _, c in generator.rewrites} <= set(tickets[1])
@@ -141,19 +141,21 @@ def test_eda_decodes_through_the_generator_from_public_text_only(tmp_path, ticke
 
 
 def test_a_scoring_generator_sets_the_readability_threshold(tmp_path, tickets, decoder_dir):
-    outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
-                  generator=Scoring())
+    outputs = run(make_config(tmp_path, tickets, decoder_dir, decoding="generator"),
+                  embedder=HashEmbedder(DIM), generator=Scoring())
     rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
     assert rows[0]["perplexity_threshold"] == pytest.approx(math.e ** 2)
     assert all(r["kept"] == r["selected"] for r in rows)  # every text at the threshold
 
 
-def test_inversion_decoding_never_asks_the_generator_to_rewrite(tmp_path, tickets,
-                                                               decoder_dir):
-    generator = Scripted()
-    run(make_config(tmp_path, tickets, decoder_dir, decoding="inversion"),
-        embedder=HashEmbedder(DIM), generator=generator)
-    assert generator.rewrites == []
+def test_inversion_decoding_the_default_never_asks_the_generator_to_rewrite(
+        tmp_path, tickets, decoder_dir):
+    generator = Scoring()
+    generator.rewrite = None  # any call fails
+    outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
+                  generator=generator)
+    rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
+    assert rows[0]["perplexity_threshold"] != pytest.approx(math.e ** 2)  # its own LM's
 
 
 def test_the_plan_counts_the_rewrites(tickets):
@@ -162,7 +164,6 @@ def test_the_plan_counts_the_rewrites(tickets):
     private = ticket_dataset(tickets)
     params = {"iterations": 2, "n_parents": 3, "domain_size": 10, "n_output": 10,
               "n_public": 50, "calibration_size": 20, "rewrite_samples": 2}
-    assert Eda.from_config(params).expected_generations(private) == {
-        "generate": 50, "rewrite": (20 + 2 * 3 * 4 + 2 * 10) * 2}
-    assert Eda.from_config({**params, "decoding": "inversion"}).expected_generations(
-        private) == {"generate": 50}
+    assert Eda.from_config({**params, "decoding": "generator"}).expected_generations(
+        private) == {"generate": 50, "rewrite": (20 + 2 * 3 * 4 + 2 * 10) * 2}
+    assert Eda.from_config(params).expected_generations(private) == {"generate": 50}

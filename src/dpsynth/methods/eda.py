@@ -8,9 +8,18 @@ private data, decoded to text by an inversion decoder trained on public text.
                E_pop = N_cld draws of the EDA Gaussian of the kept parents    (Alg. 2)
     output S_syn, topped up with decoded, filtered draws of the last Gaussian, each text once
 
-Decoding keeps, of the greedy text and a few sampled ones, the one the embedder puts closest
-to the embedding (`InversionDecoder.decode_closest`): public post-processing that makes the
-text stand nearer the DP-selected point.
+Decoding (`decoding`, public post-processing of DP-selected points) keeps, of several
+candidate texts, the one the embedder puts closest to the embedding. With `inversion` (the
+default) they are the inversion decoder's greedy text and a few samples
+(`decode_closest`: the shipped 7.4M LM conditioned on the embedding), and its public LM
+scores readability. With `generator` the run's generator (SmolLM2 by default, so the backend
+stays the user's) also rewrites that text and the label's public text nearest the embedding
+(the initial texts, the last decoded parents) `rewrite_samples` times, the rewrites join the
+candidates, and the same generator scores readability where it can. At negligible noise on
+ag_news (benchmarks/results/eda_decoder.md) the generator's candidates are fluent and closer
+to the embeddings (cosine 0.42 against 0.34) but a classifier trained on them scores lower
+(the rewrites carry the nearest public text's topic, not the embedding's label-bearing
+words), at about ten times the decoding time: the inversion decoder stays the default.
 
 Per label: a private record votes only among its own label's population, each label has its
 own parents and Gaussian, and the labels' selections compose in parallel (one charge per
@@ -79,12 +88,14 @@ class EdaParams(BaseModel):
     label_fraction: float = Field(0.05, ge=0, lt=1, description="budget share of a DP label "
                                   "histogram that gives each label its share of the output; "
                                   "0 splits the output evenly")
-    decoding: Literal["generator", "inversion"] = Field(
-        "generator", description="how an embedding becomes text. generator: the run's "
-        "generator rewrites the label's public texts nearest the embedding and the inversion "
-        "decoder's text `rewrite_samples` times, and the candidate the embedder puts closest "
-        "is kept (readability scored by the same generator where it can score); inversion: "
-        "the inversion decoder alone, scored by its public LM (the earlier default)")
+    decoding: Literal["inversion", "generator"] = Field(
+        "inversion", description="how an embedding becomes text. inversion: the inversion "
+        "decoder, scored by its public LM; generator: the run's generator also rewrites the "
+        "label's public texts nearest the embedding and the inversion decoder's text "
+        "`rewrite_samples` times, and the candidate the embedder puts closest is kept "
+        "(readability scored by the same generator where it can score): closer to the "
+        "embedding, but lower downstream accuracy on ag_news "
+        "(benchmarks/results/eda_decoder.md)")
     rewrite_samples: int = Field(4, ge=1, description="decoding: generator: generator "
                                  "rewrites per decoded embedding")
     rewrite_neighbours: int = Field(1, ge=0, description="decoding: generator: public texts "
