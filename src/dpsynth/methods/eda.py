@@ -17,9 +17,10 @@ stays the user's) also rewrites that text and the label's public text nearest th
 (the initial texts, the last decoded parents) `rewrite_samples` times, the rewrites join the
 candidates, and the same generator scores readability where it can. At negligible noise on
 ag_news (benchmarks/results/eda_decoder.md) the generator's candidates are fluent and closer
-to the embeddings (cosine 0.42 against 0.34) but a classifier trained on them scores lower
-(the rewrites carry the nearest public text's topic, not the embedding's label-bearing
-words), at about ten times the decoding time: the inversion decoder stays the default.
+to the embeddings (cosine 0.41 against 0.34) but a classifier trained on them scores lower
+(0.745 against 0.778; likely because a rewrite of the nearest public text carries that
+text's topic rather than the embedding's label-bearing words), at about ten times the
+decoding time: the inversion decoder stays the default.
 
 Per label: a private record votes only among its own label's population, each label has its
 own parents and Gaussian, and the labels' selections compose in parallel (one charge per

@@ -16,7 +16,7 @@ nothing but public text (the sources, the label name, a length) reaches a prompt
 target itself only meets the embeddings of public candidates. A small instruction model
 writes fluent text but cannot read an embedding; the inversion decoder reads it but writes
 broken text. Rewriting the nearest public and decoded texts and keeping the closest gives
-fluent text closer to the target (cosine 0.42 against 0.34 at negligible noise on ag_news),
+fluent text closer to the target (cosine 0.41 against 0.34 at negligible noise on ag_news),
 but a classifier trained on it scores lower than on the inversion decoder's text
 (benchmarks/results/eda_decoder.md): closeness in MiniLM space is not all the label needs.
 
