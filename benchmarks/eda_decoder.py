@@ -2,7 +2,8 @@
 noise, for eda's decoders side by side on the same embeddings.
 
     python benchmarks/eda_decoder.py [--dataset ag_news] [--per-label 25] [--seeds 0,1,2]
-        [--decodings inversion,generator] [--generator smollm] [--test-size 1000]
+        [--decodings inversion,generator] [--rewrite-neighbours 0] [--generator smollm]
+        [--test-size 1000]
         [--cache runs/eda-decoder] [--out benchmarks/results/eda_decoder.md]
 
 Per seed:
@@ -197,7 +198,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--generator", default="smollm")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rewrite-samples", type=int, default=4)
-    parser.add_argument("--rewrite-neighbours", type=int, default=1)
+    parser.add_argument("--rewrite-neighbours", type=int, default=0)
     parser.add_argument("--decode-samples", type=int, default=8)
     parser.add_argument("--n-public", type=int, default=1000)
     parser.add_argument("--n-offspring", type=int, default=1200)

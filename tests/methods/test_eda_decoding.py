@@ -126,11 +126,12 @@ def test_eda_decodes_through_the_generator_from_public_text_only(tmp_path, ticke
     generate = generator.generate
     generator.generate = lambda conditions: written.extend(generate(conditions)) or written[
         -len(conditions):]
-    outputs = run(make_config(tmp_path, tickets, decoder_dir, decoding="generator"),
-                  embedder=HashEmbedder(DIM), generator=generator)
-    assert generator.rewrites
-    public = set(written) | set(inverted) | set(CANDIDATES)
-    assert {text for text, _ in generator.rewrites} <= public
+    outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
+                  generator=generator)
+    assert generator.rewrites, "generator decoding is the default"
+    # by default only the inversion decoder's texts are rewritten; with a neighbour, the
+    # label's generator-written texts and decoded parents too
+    assert {text for text, _ in generator.rewrites} <= set(inverted)
     assert {c.label for _, c in generator.rewrites} <= set(tickets[1])
     sent = "\n".join(generator.inputs)
     assert not [t for t in tickets[0] if t in sent] and CANARY not in sent
@@ -138,22 +139,31 @@ def test_eda_decodes_through_the_generator_from_public_text_only(tmp_path, ticke
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())["generator"]
     assert usage["outputs_generate"] == PARAMS["n_public"]
     assert usage["outputs_rewrite"] == len(generator.rewrites)
+    generator.rewrites.clear()
+    neighbours = run(make_config(tmp_path, tickets, decoder_dir, out="n1",
+                                 rewrite_neighbours=1),
+                     embedder=HashEmbedder(DIM), generator=generator)
+    public = set(written) | set(inverted) | set(CANDIDATES)
+    assert {text for text, _ in generator.rewrites} <= public
+    assert {text for text, _ in generator.rewrites} & set(written)
+    assert not [t for t in tickets[0] if t in "\n".join(generator.inputs)]
+    assert CANARY not in neighbours.result.texts
 
 
 def test_a_scoring_generator_sets_the_readability_threshold(tmp_path, tickets, decoder_dir):
-    outputs = run(make_config(tmp_path, tickets, decoder_dir, decoding="generator"),
-                  embedder=HashEmbedder(DIM), generator=Scoring())
+    outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
+                  generator=Scoring())
     rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
     assert rows[0]["perplexity_threshold"] == pytest.approx(math.e ** 2)
     assert all(r["kept"] == r["selected"] for r in rows)  # every text at the threshold
 
 
-def test_inversion_decoding_the_default_never_asks_the_generator_to_rewrite(
-        tmp_path, tickets, decoder_dir):
+def test_inversion_decoding_never_asks_the_generator_to_rewrite(tmp_path, tickets,
+                                                               decoder_dir):
     generator = Scoring()
     generator.rewrite = None  # any call fails
-    outputs = run(make_config(tmp_path, tickets, decoder_dir), embedder=HashEmbedder(DIM),
-                  generator=generator)
+    outputs = run(make_config(tmp_path, tickets, decoder_dir, decoding="inversion"),
+                  embedder=HashEmbedder(DIM), generator=generator)
     rows = [json.loads(r) for r in outputs.metrics.read_text().splitlines()]
     assert rows[0]["perplexity_threshold"] != pytest.approx(math.e ** 2)  # its own LM's
 
@@ -164,6 +174,7 @@ def test_the_plan_counts_the_rewrites(tickets):
     private = ticket_dataset(tickets)
     params = {"iterations": 2, "n_parents": 3, "domain_size": 10, "n_output": 10,
               "n_public": 50, "calibration_size": 20, "rewrite_samples": 2}
-    assert Eda.from_config({**params, "decoding": "generator"}).expected_generations(
-        private) == {"generate": 50, "rewrite": (20 + 2 * 3 * 4 + 2 * 10) * 2}
-    assert Eda.from_config(params).expected_generations(private) == {"generate": 50}
+    assert Eda.from_config(params).expected_generations(private) == {
+        "generate": 50, "rewrite": (20 + 2 * 3 * 4 + 2 * 10) * 2}
+    assert Eda.from_config({**params, "decoding": "inversion"}).expected_generations(
+        private) == {"generate": 50}

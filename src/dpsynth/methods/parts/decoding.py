@@ -1,12 +1,13 @@
 """Embedding → text through the run's generator: best-of-n rewrites re-ranked by the embedder
-(eda's `decoding: generator`; the default is the inversion decoder of
+(eda's default `decoding: generator`; `decoding: inversion` is the inversion decoder of
 backends/offline/inversion.py alone).
 
 For each target embedding of one label:
 
-    sources    = the public texts of that label nearest the target (the generator-written
-                 initial population, the decoded parents so far), and the inversion
-                 decoder's text for the target when one is given
+    sources    = the inversion decoder's text for the target when one is given, and the
+                 `neighbours` public texts of that label nearest the target (the
+                 generator-written initial population, the decoded parents so far; eda's
+                 default is none)
     candidates = `samples` rewrites of the sources under the label (Generator.rewrite), and
                  the inversion text itself
     keep       = the candidate the embedder puts closest (cosine) to the target
@@ -15,10 +16,9 @@ The targets are DP outputs (evolved from DP-selected parents), so this is post-p
 nothing but public text (the sources, the label name, a length) reaches a prompt, and the
 target itself only meets the embeddings of public candidates. A small instruction model
 writes fluent text but cannot read an embedding; the inversion decoder reads it but writes
-broken text. Rewriting the nearest public and decoded texts and keeping the closest gives
-fluent text closer to the target (cosine 0.41 against 0.34 at negligible noise on ag_news),
-but a classifier trained on it scores lower than on the inversion decoder's text
-(benchmarks/results/eda_decoder.md): closeness in MiniLM space is not all the label needs.
+broken text; rewrites of the inversion text, the closest kept, score higher downstream than
+the inversion text alone (benchmarks/results/eda_decoder.md). Rewriting the nearest public
+texts too gets closer in cosine but scores lower: such a rewrite brings that text's topic.
 
 The readability filter scores texts with the same generator where it can (`Generator.score`:
 smollm, hf, offline), as per-word perplexity; a generator without token probabilities (pool,
@@ -60,7 +60,7 @@ class GeneratorDecoder:
     """Best of `samples` generator rewrites per target (see the module docstring)."""
 
     def __init__(self, generator: Generator, embedder: Embedder, samples: int = 4,
-                 neighbours: int = 2, length: int | None = None) -> None:
+                 neighbours: int = 0, length: int | None = None) -> None:
         if samples < 1:
             raise ValueError(f"samples: need >= 1, got {samples}")
         if neighbours < 0:
