@@ -1,5 +1,6 @@
 """Embedding-EDA (seeds/embedding-eda.md): a population of embeddings evolved towards the
-private data, decoded to text by an inversion decoder trained on public text.
+private data, decoded to text by an inversion decoder trained on public text whose output
+the run's generator rewrites (the rewrite closest to the embedding kept).
 
     E_pop = embeddings of N_pb public texts (written by the generator from the label names)
     repeat T:  hist = private nearest-neighbour votes over E_pop             (Alg. 1, 5-9)
