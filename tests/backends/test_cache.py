@@ -110,3 +110,19 @@ def test_private_text_never_reaches_the_cache_file(server, tmp_path):
 
     rows = sqlite3.connect(emb_path).execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
     assert rows == len(set(synthetic))
+
+
+def test_scores_pass_through_the_cache_uncached(tmp_path):
+    """eda's readability filter scores through a cached generator: the wrapped one answers,
+    and nothing is stored (scores are deterministic)."""
+    from dpsynth.backends.cache import ContentCache
+    from tests.methods.fakes import RecordingGenerator
+
+    class Scoring(RecordingGenerator):
+        def score(self, prompts, continuations):
+            return np.array([-float(len(c)) for c in continuations])
+
+    cache = ContentCache(tmp_path / "cache.sqlite")
+    cached = CachedGenerator(Scoring(), cache)
+    np.testing.assert_array_equal(cached.score(["\n", "\n"], ["ab", "abcd"]), [-2.0, -4.0])
+    assert cached.hits == cached.misses == 0

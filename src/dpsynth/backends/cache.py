@@ -128,6 +128,11 @@ class CachedGenerator(Generator):
         """The inner generator's LM: what its context holds is never cached."""
         return self.inner.context_lm()
 
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """The wrapped generator's scores, never cached: they are deterministic and cheap
+        beside sampling (eda's readability filter scores through this)."""
+        return self.inner.score(prompts, continuations)
+
     def state_dict(self) -> dict[str, Any]:
         """The sample numbering, for a checkpoint (digests only, no text)."""
         return {"seen": dict(self._seen)}
