@@ -35,6 +35,7 @@ from dpsynth.errors import ConfigError, InputError
 from dpsynth.methods.base import OUTPUT_SIZE, Recipe
 from dpsynth.methods.registry import build_recipe
 from dpsynth.privacy.journal import atomic_write_text
+from dpsynth.timing import duration
 
 log = logging.getLogger(__name__)
 
@@ -91,24 +92,24 @@ class Fit:
         r = self.rate
         where = ("recorded by this folder's first start, not measured again"
                  if self.recorded else "measured just now")
-        lines = [f"time {self.time}: generation may take {_duration(HEADROOM * self.seconds)} "
+        lines = [f"time {self.time}: generation may take {duration(HEADROOM * self.seconds)} "
                  f"({HEADROOM:.0%}; the rest for loading, embedding and voting); the generator "
                  f"makes a {r.words}-word output in {r.seconds_per_output:.3g} s ({where}, "
                  f"loading {r.load_seconds:.0f} s), so about {self.budget_outputs:,} outputs"]
         if not self.changes and self.fits:
             lines.append(f"the planned {self.outputs_before:,} outputs fit (about "
-                         f"{_duration(self._seconds(self.outputs_before))}): nothing changed")
+                         f"{duration(self._seconds(self.outputs_before))}): nothing changed")
             return lines
         if not self.changes:
             lines.append(f"the planned {self.outputs_before:,} outputs take about "
-                         f"{_duration(self._seconds(self.outputs_before))}, and nothing the "
+                         f"{duration(self._seconds(self.outputs_before))}, and nothing the "
                          "config leaves out can shrink them")
         else:
             lines.append("shrank to fit: " + ", ".join(
                 f"{key} {old:,} → {new:,}" for key, (old, new) in self.changes.items())
                 + f"; generator outputs {self.outputs_before:,} → {self.outputs_after:,} "
-                f"(about {_duration(self._seconds(self.outputs_before))} → "
-                f"{_duration(self._seconds(self.outputs_after))})")
+                f"(about {duration(self._seconds(self.outputs_before))} → "
+                f"{duration(self._seconds(self.outputs_after))})")
         if not self.fits:
             lines.append("still over the time: " + (
                 "the config sets " + ", ".join(self.held) + "; leave them out, or ask for "
@@ -263,11 +264,3 @@ def record(config: RunConfig, fitted: Fit) -> None:
     atomic_write_text(path, json.dumps({
         "time": fitted.time, "params": fitted.asked, "proposed": fitted.proposed,
         "rate": asdict(fitted.rate)}, indent=2, default=str))
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

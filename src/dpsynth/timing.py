@@ -58,7 +58,7 @@ def measure(cfg: GeneratorConfig, base_dir: Path | None, label: str | None,
 
 def describe(total_outputs: int, rate: Throughput) -> str:
     """One line: the estimate, how it was measured, and what it leaves out."""
-    return (f"time estimate: about {_duration(total_outputs * rate.seconds_per_output)} of "
+    return (f"time estimate: about {duration(total_outputs * rate.seconds_per_output)} of "
             f"generation, at {rate.seconds_per_output:.3g} s per {rate.words}-word output "
             f"measured just now on one batch of {rate.batch} (loading and a warm-up output, "
             f"{rate.load_seconds:.1f} s, not counted), under this machine's current load. "
@@ -66,7 +66,8 @@ def describe(total_outputs: int, rate: Throughput) -> str:
             "length; embedding, voting and DP training are not included.")
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as a reader says them: s, min or h."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
