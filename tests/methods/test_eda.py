@@ -72,8 +72,10 @@ def test_an_empty_selection_stops_the_loop(tmp_path, tickets, decoder_dir, caplo
     """At a tiny ε the ⊥ bar of LimitedDomain sits far above any count: nothing is
     selected in the first iteration, every label stops, and no more budget is spent."""
     with caplog.at_level("WARNING", logger="dpsynth.methods.eda"):
+        # seeded: under fresh noise a candidate clears the bar with probability about
+        # δ₀ = 1.5e-4 each, so about once in a hundred runs of this test (seen once)
         outputs = run(make_config(tmp_path, tickets, decoder_dir, epsilon=0.05, iterations=4,
-                                  domain_size=4, n_parents=4),
+                                  domain_size=4, n_parents=4, noise="seeded_not_private"),
                       embedder=HashEmbedder(DIM), generator=RecordingGenerator())
     # the warning foresaw it, from public parameters: 15 offspring a label > K = 4
     warned = [r.getMessage() for r in caplog.records if "⊥ bar" in r.getMessage()]
