@@ -62,3 +62,19 @@ def test_one_jsonl_record_cannot_change_the_type_of_the_others(tmp_path):
                     '{"text": "b", "user": 2}\n{"text": "c", "user": 1.5}\n')
     users = [str(u) for u in read_table(path)["user"]]
     assert users == ["9007199254740993", "2", "1.5"]
+
+
+@pytest.mark.parametrize("name", ["out.csv", "out.tsv"])
+def test_a_lone_carriage_return_stays_inside_its_row(tmp_path, name):
+    """pandas writes a lone \\r unquoted, and a reader splits the row there: quoted, each
+    record comes back whole, in its own row."""
+    frame = pd.DataFrame({"text": ["first\rsecond", "plain"], "label": ["a", "b"]})
+    back = read_table(write_table(frame, tmp_path / name))
+    assert back["text"].tolist() == ["first\rsecond", "plain"]
+    assert back["label"].tolist() == ["a", "b"]
+
+
+def test_a_table_without_one_keeps_minimal_quoting(tmp_path):
+    frame = pd.DataFrame({"text": ["plain", "with, comma"], "label": ["a", "b"]})
+    written = write_table(frame, tmp_path / "out.csv").read_text(encoding="utf-8")
+    assert written.splitlines()[:2] == ["text,label", "plain,a"]

@@ -6,6 +6,7 @@ each problem can be reported with its file, row and field.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from pathlib import Path
@@ -70,10 +71,9 @@ def write_table(frame: pd.DataFrame, path: str | Path, fmt: Format | None = None
     path = Path(path)
     fmt = fmt or infer_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "csv":
-        frame.to_csv(path, index=False)
-    elif fmt == "tsv":
-        frame.to_csv(path, index=False, sep="\t")
+    if fmt in ("csv", "tsv"):
+        frame.to_csv(path, index=False, sep="," if fmt == "csv" else "\t",
+                     quoting=_quoting(frame))
     elif fmt == "jsonl":
         frame.to_json(path, orient="records", lines=True, force_ascii=False)
     elif fmt == "parquet":
@@ -82,6 +82,14 @@ def write_table(frame: pd.DataFrame, path: str | Path, fmt: Format | None = None
         datasets = _import_datasets()
         datasets.Dataset.from_pandas(frame, preserve_index=False).save_to_disk(str(path))
     return path
+
+
+def _quoting(frame: pd.DataFrame) -> int:
+    """Every field quoted when a text holds a lone carriage return, which pandas writes
+    unquoted (a reader then splits the row there); the usual minimal quoting otherwise."""
+    texts = frame.select_dtypes(include="object")
+    lone_cr = texts.apply(lambda column: column.astype(str).str.contains("\r", regex=False))
+    return csv.QUOTE_ALL if bool(lone_cr.to_numpy().any()) else csv.QUOTE_MINIMAL
 
 
 def _decode_utf8(raw: bytes, path: Path, header: bool) -> str:
