@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ def plan(facts: Facts, epsilon: float, steps: int, batch: int, lora_rank: int):
 
     recipe = build_recipe(RecipeConfig(name="dpft", params={
         "steps": steps, "batch_size": batch, "lora_rank": lora_rank}), None)
-    delta = 1 / (facts.n_units * __import__("math").log(facts.n_units))
+    delta = 1 / (facts.n_units * math.log(facts.n_units))
     return recipe.budget_plan(facts, epsilon, delta), delta
 
 

@@ -178,9 +178,10 @@ class Ctcl(Recipe):
             self._train(ctx, plan, state)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
+        temperature, top_p, guidance = self.params.sampling()
         generator = with_label_names(  # conditioned on the names it was trained on
-            self._lm.generator(trained, *self.params.sampling()[:2], ctx.seed,
-                               self.params.sampling()[2]), ctx.label_names)
+            self._lm.generator(trained, temperature, top_p, ctx.seed, guidance),
+            ctx.label_names)
         conditions = self._conditions(ctx, state)
         texts, asked = generate_distinct(generator.generate, conditions)
         labels = [conditions[i].label for i in asked]

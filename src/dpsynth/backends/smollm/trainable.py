@@ -17,6 +17,7 @@ book-keeping clipping; opacus' ghost clipping refuses tied weights too).
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,8 +38,6 @@ class SmolLMTrainable:
     frozen: tuple[str, ...]
 
     def __init__(self, lora_rank: int) -> None:
-        import os
-
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoTokenizer
 
