@@ -193,7 +193,7 @@ def _generator(args: argparse.Namespace) -> dict:
     if name != "pool":
         if args.edit:
             raise SystemExit("--edit applies to --generator pool only")
-        return {"name": name, "model": args.generator_model}
+        return {"name": name, "model": args.generator_model, "cache": args.generator_cache}
     pool: dict = {"name": "pool", "max_texts": args.pool_max_texts}
     if path:
         pool["path"] = str(Path(path).resolve())
@@ -377,6 +377,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "was retrieved (offline, hf, openai; --generator-model is its model)")
     parser.add_argument("--pool-max-texts", type=int, default=10_000)
     parser.add_argument("--generator-model", default=None, help="backends.generator.model")
+    parser.add_argument("--generator-cache", default=None, help="backends.generator.cache: "
+                        "runs that ask the same generator the same things share its outputs "
+                        "(pair settings that differ only after generation)")
     parser.add_argument("--classifier", choices=("logistic", "finetune"), default="logistic")
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
     parser.add_argument("--next-token-steps", type=int, default=200)

@@ -452,3 +452,50 @@ def test_decoded_texts_are_tidied_into_one_output_cell():
     from dpsynth.methods.dp_decoding import tidy
 
     assert tidy(" a\rb\r\nc\x07\x19d\ufffde\t f ") == "a\nb\ncde\t f"
+
+
+def test_finish_continues_a_reply_to_a_sentence_end_within_its_token_bound():
+    from dpsynth.backends.context_lm import SENTENCE_END
+    from tests.methods.fakes import tiny_context_lm
+
+    lm = tiny_context_lm()
+    start = lm.encode("billing refund")
+    for seed in range(5):
+        out = lm.finish("Write a ticket.", start, 12, 20, 1.0, np.random.default_rng(seed))
+        assert out[: len(start)] == start and len(start) < len(out) <= len(start) + 12
+        done = out[-1] == lm.eos_id or SENTENCE_END.search(lm.decode(out))
+        assert done or len(out) == len(start) + 12
+        again = lm.finish("Write a ticket.", start, 12, 20, 1.0, np.random.default_rng(seed))
+        assert again == out  # a public seed fixes the continuation
+    assert lm.finish("Write a ticket.", start, 0, 20, 1.0, np.random.default_rng(0)) == start
+    ended = lm.encode("billing refund.")
+    assert lm.finish("Write a ticket.", ended, 12, 20, 1.0, np.random.default_rng(0)) == ended
+
+
+def test_texts_cut_at_max_tokens_are_finished_from_their_public_prompt_alone(tmp_path,
+                                                                           monkeypatch):
+    """The continuation is post-processing: it sees each text's public prompt and released
+    tokens, never a record, and charges nothing."""
+    from dpsynth.backends.context_lm import ContextLM
+
+    calls = []
+
+    def finish(self, instruction, ids, max_new_tokens, top_k, temperature, rng):
+        calls.append((instruction, list(ids), max_new_tokens))
+        return [*ids, *self.encode(" done.")]
+
+    monkeypatch.setattr(ContextLM, "finish", finish)
+    outputs = run(_config(tmp_path, finish_tokens=7), embedder=HashEmbedder(),
+                  generator=RecordingGenerator())
+    metrics = json.loads(outputs.metrics.read_text().splitlines()[-1])
+    assert len(calls) == PARAMS["n_output"] - metrics["ended_before_max_tokens"] > 0
+    private = set(ticket_texts(120)[0])
+    for instruction, ids, max_new in calls:
+        assert instruction.startswith("Write a new short text about") and max_new == 7
+        assert SLOT not in instruction and not any(x in instruction for x in private)
+        assert len(ids) == PARAMS["max_tokens"]
+    texts = pd.read_csv(outputs.synthetic)["text"]
+    assert sum(t.endswith("done.") for t in texts) >= 1
+    assert metrics["ending_mid_sentence"] <= metrics["ended_before_max_tokens"]
+    privacy = json.loads(outputs.privacy.read_text())
+    assert [c["stage"] for c in privacy["charges"]] == ["label_histogram", "decoding"]

@@ -9,9 +9,14 @@ fixed number of tokens, so every context has one public length.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+SENTENCE_END = re.compile(r"[.!?][\"'\u201d)\]]*$")
+"""A text that matches ends a sentence."""
 SLOT = "\u2063EXAMPLE\u2063"
 """Marks where the example goes in the rendered prompt (invisible separators: no instruction
 holds it)."""
@@ -79,6 +84,32 @@ class ContextLM:
     def prompt(self, instruction: str) -> list[int]:
         """Token ids of the rendered prompt (no slot)."""
         return self.encode(self.render(instruction))
+
+    def finish(self, instruction: str, ids: list[int], max_new_tokens: int, top_k: int,
+               temperature: float, rng: np.random.Generator) -> list[int]:
+        """`ids`, the start of a reply to `instruction`, continued by sampling the LM's own
+        next-token distribution (top-k, temperature) until the end of the turn, the end of a
+        sentence, or `max_new_tokens` more tokens: a reply cut by a token budget ends where
+        a reader expects it to."""
+        import torch
+
+        out = list(ids)
+        if max_new_tokens <= 0 or SENTENCE_END.search(self.decode(out)):
+            return out
+        step = torch.tensor([self.prompt(instruction) + out], dtype=torch.long)
+        cache = None
+        for _ in range(max_new_tokens):
+            with torch.no_grad():
+                result = self.model(input_ids=step, past_key_values=cache, use_cache=True)
+            cache = result.past_key_values
+            logits = result.logits[0, -1].double().numpy() / temperature
+            top = np.argpartition(logits, -min(top_k, logits.size))[-top_k:]
+            token = int(top[np.argmax(logits[top] + rng.gumbel(size=top.size))])
+            out.append(token)
+            if token == self.eos_id or SENTENCE_END.search(self.decode(out)):
+                break
+            step = torch.tensor([[token]], dtype=torch.long)
+        return out
 
 
 def hf_context_lm(folder: Any, name: str, model: Any = None) -> ContextLM:

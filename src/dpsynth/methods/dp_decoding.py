@@ -14,6 +14,8 @@ private records in its context.
                 q_i with record i in the prompt
         token   drawn from softmax(u / T): the exponential mechanism,
                 (2C / (B·T))-bounded-range per token
+    finish      a text cut at max_tokens is continued by the public prompt alone to the end
+                of its sentence (at most finish_tokens; post-processing, no charge)
     output      the texts, each with its label
 
 The decoding stage's ε fixes 2C/(B·T) by PLD/RDP composition of `max_tokens` bounded-range
@@ -31,6 +33,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dpsynth.backends.context_lm import SENTENCE_END, SLOT
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import ConfigError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
@@ -69,6 +72,10 @@ class DpDecodingParams(BaseModel):
     max_tokens: int = Field(64, ge=1, description="tokens per text at most; the plan charges "
                             "this many draws per text (a text that ends earlier spends the "
                             "same)")
+    finish_tokens: int = Field(32, ge=0, description="a text still going after max_tokens "
+                               "draws is continued by the public prompt alone (no record in "
+                               "context: post-processing, no charge) for at most this many "
+                               "tokens, to the end of its sentence; 0: it stops mid-sentence")
     top_k: int = Field(50, ge=1, description="k of the public top-k+ candidate set: the k most "
                        "likely tokens without a record, and those within 2C of the k-th")
     max_example_tokens: int = Field(64, ge=1, description="tokens of each private record put in "
@@ -177,17 +184,29 @@ class DpDecoding(Recipe):
         drawn = ctx.private.decode(ctx.plan.stage(DECODING), lm, setup, requests, buckets,
                                    ctx.seed, p.temperature)
         ended = sum(bool(ids) and ids[-1] == lm.eos_id for ids in drawn)
+        drawn = self._finish(ctx, lm, requests, drawn)
         texts = [tidy(lm.decode([t for t in ids if t != lm.eos_id])) for ids in drawn]
         names = label_groups(ctx.private)
         kept = [(x, names[r.group]) for x, r in zip(texts, requests, strict=True) if x.strip()]
         out_texts, out_labels = distinct([x for x, _ in kept], [y for _, y in kept])
         state = {**state, "texts": out_texts, "labels": out_labels}
         ctx.report({"texts_decoded": len(texts), "ended_before_max_tokens": ended,
+                    "ending_mid_sentence": sum(not SENTENCE_END.search(x) for x in texts),
                     "synthetic": len(out_texts), "clip": setup.clip,
                     "tokens": int(sum(len(ids) for ids in drawn)),
                     "epsilon_spent": ctx.private.spent()})
         ctx.save(1, state)
         return self._output(ctx, state)
+
+    def _finish(self, ctx: RunContext, lm, requests: list[TextRequest],
+                drawn: list[list[int]]) -> list[list[int]]:
+        """Each text the draws cut at `max_tokens` continued to the end of its sentence from
+        its public prompt and its released tokens only, sampled with a public seed."""
+        p = self.params
+        return [ids if ids and ids[-1] == lm.eos_id else
+                lm.finish(r.public_instruction, ids, p.finish_tokens, p.top_k, p.temperature,
+                          np.random.default_rng([ctx.seed, 1, i]))
+                for i, (r, ids) in enumerate(zip(requests, drawn, strict=True))]
 
     def _check_lm(self, ctx: RunContext, lm) -> None:
         """Refuse, from the config and the model alone (no record), what would otherwise fail
@@ -202,27 +221,28 @@ class DpDecoding(Recipe):
                               "backends.generator.device: cpu)")
         limit = _max_positions(lm.model)
         for private, public in self._prompts(ctx):
-            slots = lm.render(private).count(_slot())
+            slots = lm.render(private).count(SLOT)
             if slots != 1:
                 raise ConfigError(f"recipe dp_decoding: the rendered prompt holds the example "
                                   f"slot {slots} times, not once: a label name or "
                                   "recipe.params.system holds {example}; rename it")
             before, after = lm.slotted(private)
             width = len(before) + p.max_example_tokens + len(after)
-            longest = max(width, len(lm.prompt(public))) + p.max_tokens
+            longest = max(width, len(lm.prompt(public)) + p.finish_tokens) + p.max_tokens
             if limit is not None and longest > limit:
                 raise ConfigError(f"recipe dp_decoding: a row is {longest} tokens (prompt "
                                   f"{len(before) + len(after)} + max_example_tokens "
                                   f"{p.max_example_tokens} + max_tokens {p.max_tokens}, or the "
-                                  f"public prompt + max_tokens), more than the model's "
-                                  f"{limit} positions; lower max_example_tokens or max_tokens")
+                                  f"public prompt + max_tokens + finish_tokens), more than the "
+                                  f"model's {limit} positions; lower max_example_tokens, "
+                                  "max_tokens or finish_tokens")
 
     def _prompts(self, ctx: RunContext) -> list[tuple[str, str]]:
         """Each group's private instruction (with the example slot) and public one."""
         out = []
         for group in label_groups(ctx.private):
             label = ctx.label_name(group) if group is not None else UNLABELLED
-            out.append((self.params.prompt.replace("{label}", label).replace(EXAMPLE, _slot()),
+            out.append((self.params.prompt.replace("{label}", label).replace(EXAMPLE, SLOT),
                         self.params.public_prompt.replace("{label}", label)))
         return out
 
@@ -281,8 +301,3 @@ def _max_positions(model) -> int | None:
             return value
     return None
 
-
-def _slot() -> str:
-    from dpsynth.backends.context_lm import SLOT
-
-    return SLOT
