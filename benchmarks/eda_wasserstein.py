@@ -37,7 +37,7 @@ from dpsynth.config import parse_config
 from dpsynth.evaluate.fidelity import wasserstein_distance
 from dpsynth.methods.eda import EdaParams, draw_population
 from dpsynth.methods.parts.toolbox import allocate
-from dpsynth.synthesis import run
+from dpsynth.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpsynth.config import parse_config
-from dpsynth.synthesis import run
+from dpsynth.run import run
 
 
 def _words(texts: pd.Series) -> str:

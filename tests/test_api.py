@@ -84,8 +84,8 @@ def test_a_path_runs_exactly_what_dpsynth_run_runs(frame, tmp_path, monkeypatch)
            "recipe": {"name": "pe", "params": PE},
            "output": {"dir": str(tmp_path / "cli")}, "seed": 11}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
-    monkeypatch.setattr("dpsynth.synthesis.build_embedder", lambda *a, **k: HashEmbedder())
-    monkeypatch.setattr("dpsynth.synthesis.build_generator",
+    monkeypatch.setattr("dpsynth.run.models.build_embedder", lambda *a, **k: HashEmbedder())
+    monkeypatch.setattr("dpsynth.run.models.build_generator",
                         lambda *a, **k: RecordingGenerator())
     main(["run", str(tmp_path / "run.yaml")])
     result = dpsynth.synthesize(

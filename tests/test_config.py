@@ -163,7 +163,7 @@ def test_privacy_report_states_the_remote_embedding_assumption():
     """A remote embedder batches private texts on a server we cannot see: the one-record,
     one-vote argument then rests on that server, and privacy.json says so."""
     from dpsynth.privacy.ledger import PrivacyLedger
-    from dpsynth.synthesis import _privacy_report
+    from dpsynth.run.outputs import _privacy_report
 
     ledger = PrivacyLedger(1.0, 1e-5)
     local = parse_config(BASE)

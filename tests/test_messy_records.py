@@ -26,7 +26,7 @@ from dpsynth.data import Access, DataConfig, load_private
 from dpsynth.data.bounding import record_rank
 from dpsynth.data.io import FORMATS, write_table
 from dpsynth.errors import DataError
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.data.messy import HOSTILE, WITH_USER, hostile_records
 from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_unseeded import RECIPES, tiny_stand_ins

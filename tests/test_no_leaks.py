@@ -67,7 +67,7 @@ def test_an_unexpected_error_says_where_it_arose_not_what_it_quoted(private_conf
     monkeypatch.setattr(RECIPES["dpga"], "run", crash)
     argv = ["run", str(private_config / "run.yaml"), "--log-level", "debug"]
     with monkeypatch.context() as patched, pytest.raises(SystemExit) as done:
-        patched.setattr("dpsynth.synthesis._write_privacy", disk_full)
+        patched.setattr("dpsynth.run.outputs._write_privacy", disk_full)
         main(argv)
     assert done.value.code == 1
     err = capsys.readouterr().err

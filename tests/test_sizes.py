@@ -16,8 +16,8 @@ from dpsynth.data import PrivateDataset
 from dpsynth.errors import ConfigError
 from dpsynth.methods.registry import RECIPES
 from dpsynth.preflight import make_plan
+from dpsynth.run import run
 from dpsynth.sizing import FIT_FILE, HEADROOM, Rate, propose
-from dpsynth.synthesis import run
 from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
 
 LABELS = ["account", "billing", "shipping", "technical"]

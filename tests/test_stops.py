@@ -19,7 +19,7 @@ from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import build_generator
 from dpsynth.backends.loopback import LoopbackServer
 from dpsynth.cli import main
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_recipes import make_config
 
@@ -160,8 +160,8 @@ class InterruptingGenerator(RecordingGenerator):
 def local_backends(monkeypatch):
     """`dpsynth run` with the recipe tests' local fakes in place of the config's backends."""
     generators = []
-    monkeypatch.setattr("dpsynth.synthesis.build_embedder", lambda *a, **k: HashEmbedder())
-    monkeypatch.setattr("dpsynth.synthesis.build_generator",
+    monkeypatch.setattr("dpsynth.run.models.build_embedder", lambda *a, **k: HashEmbedder())
+    monkeypatch.setattr("dpsynth.run.models.build_generator",
                         lambda *a, **k: generators.pop(0))
     return generators
 

@@ -1,8 +1,8 @@
 """The Python entry point: `dpsynth.synthesize(data, ...)`, for notebooks and scripts.
 
 It builds the same run config the command line reads from YAML (`dpsynth.config`), so it
-validates the same way and raises the same typed errors (`dpsynth.errors`), then plans and
-runs with `preflight.make_plan` and `synthesis.run`. An in-memory table (a pandas DataFrame
+validates the same way and raises the same typed errors (`dpsynth.errors`), then executes the
+same `dpsynth.run.Run`. An in-memory table (a pandas DataFrame
 or a Hugging Face `datasets.Dataset`) is validated and read as it is: it is never written to
 a file, a cache or the output folder.
 """
@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -26,7 +26,10 @@ from dpsynth.config import RunConfig, parse_config
 from dpsynth.data.load import IN_MEMORY
 from dpsynth.errors import ConfigError, InputError
 from dpsynth.logs import LEVELS, run_logging
-from dpsynth.privacy.ledger import PrivacyLedger
+
+if TYPE_CHECKING:  # imported when a run starts: `import dpsynth` stays light
+    from dpsynth.methods.base import SyntheticSet
+    from dpsynth.run import Run, RunOutputs
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +63,9 @@ class SynthesisResult:
     was run or released again (give a new output_dir for a new run)."""
     files: dict[str, Path] = field(default_factory=dict)
     """`synthetic`, `privacy` (privacy.json), `metrics` (metrics.jsonl), `log` (run.log)."""
-    ledger: PrivacyLedger | None = field(default=None, repr=False)
-    """The full privacy ledger, every charge with its DP event."""
+    ledger: Any = field(default=None, repr=False)
+    """The run's privacy ledger (`dpsynth.privacy.PrivacyLedger`), every charge with its DP
+    event."""
 
     def __repr__(self) -> str:
         """Also `str`; a seeded run's opens with NOT PRIVATE, as its ε protects nothing."""
@@ -121,10 +125,6 @@ def synthesize(
     or bad data, `BudgetExceededError`, or another `DpsynthError`; no message quotes a
     private text.
     """
-    from dpsynth.preflight import make_plan
-    from dpsynth.stops import signals_stop_the_run
-    from dpsynth.synthesis import NOT_PRIVATE_COLUMN, run
-
     if log_level is not None and log_level.lower() not in LEVELS:
         raise ConfigError(f"{SOURCE}: log_level: '{log_level}' is not one of "
                           f"{', '.join(LEVELS)} or None")
@@ -155,53 +155,58 @@ def synthesize(
     if temporary:  # made only once the arguments are valid
         config = config.model_copy(update={"output": config.output.model_copy(
             update={"dir": Path(tempfile.mkdtemp(prefix="dpsynth-run-"))})})
-    out = config.output.dir
-    try:
-        with run_logging(log_level and log_level.lower(), out / "run.log"):
-            if temporary:
-                log.info("output folder: %s (temporary; delete it when done)", out)
-            run_plan = make_plan(config, frame)
-            with signals_stop_the_run():
-                outputs = run(config, embedder=emb_obj, generator=gen_obj, run_plan=run_plan)
-            report_path = _write_report(out) if report else None
-    except BaseException as exc:
-        if temporary and _released_anything(out):  # a fresh call would spend again
-            _point_to_the_stopped_run(exc, out)
-        elif temporary:  # nothing was spent: nothing to resume, nothing to keep
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-    synthetic = outputs.result
-    table = pd.DataFrame({"text": synthetic.texts})
-    if synthetic.labels is not None:
-        as_given = _labels_as_given(labels or [])
-        table["label"] = [as_given.get(y, y) for y in synthetic.labels]
-    if not config.budget.private:
-        table[NOT_PRIVATE_COLUMN] = True  # as in the synthetic file
-    if source_kind == "dataset":
-        import datasets
+    from dpsynth.run import Run
 
-        table = datasets.Dataset.from_pandas(table, preserve_index=False)
+    outputs, report_path = _execute(Run(config, frame, embedder=emb_obj, generator=gen_obj),
+                                    temporary, log_level, report)
+    out = config.output.dir
     return SynthesisResult(
-        data=table, privacy=_summary(outputs.ledger, config), report=report_path,
+        data=_table(outputs.result, labels, config.budget.private, source_kind),
+        privacy=outputs.spend(), report=report_path,
         output_dir=out, temporary=temporary, already_complete=outputs.already_complete,
         files={"synthetic": outputs.synthetic, "privacy": outputs.privacy,
                "metrics": outputs.metrics, "log": out / "run.log"},
         ledger=outputs.ledger)
 
 
-def _labels_as_given(labels: list[Any]) -> dict[str, Any]:
-    """A run reads every label as text (`0` as `'0'`); the caller gets them back as it
-    declared them."""
-    return {str(v).strip(): v for v in labels}
+def _execute(run: Run, temporary: bool, log_level: str | None,
+             report: bool) -> tuple[RunOutputs, Path | None]:
+    """The run's outputs and report, logged to its run.log. A temporary folder that a
+    stopped run released nothing in is removed; one it released in is named."""
+    from dpsynth.run import released_anything
+
+    out = run.config.output.dir
+    try:
+        with run_logging(log_level and log_level.lower(), out / "run.log"):
+            if temporary:
+                log.info("output folder: %s (temporary; delete it when done)", out)
+            outputs = run.execute()
+            return outputs, _write_report(out) if report else None
+    except BaseException as exc:
+        if temporary and released_anything(out):  # a fresh call would spend again
+            _point_to_the_stopped_run(exc, out)
+        elif temporary:  # nothing was spent: nothing to resume, nothing to keep
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
-def _released_anything(out: Path) -> bool:
-    """Whether the folder's journal holds a charge: a run stopped by bad data, a config the
-    recipe refuses or a backend that cannot answer stops before its first release."""
-    journal = out / "checkpoints" / "releases.jsonl"
-    if not journal.is_file():
-        return False
-    return any('"charge"' in line for line in journal.read_text(encoding="utf-8").splitlines())
+def _table(synthetic: SyntheticSet, labels: list[Any] | None, private: bool,
+           source_kind: str) -> Any:
+    """The synthetic set as the caller gave its data: a DataFrame or a Dataset, each label as
+    declared (a run reads every label as text, `0` as `'0'`)."""
+    from dpsynth.run import NOT_PRIVATE_COLUMN
+
+    table = pd.DataFrame({"text": synthetic.texts})
+    if synthetic.labels is not None:
+        as_given = {str(v).strip(): v for v in labels or []}
+        table["label"] = [as_given.get(y, y) for y in synthetic.labels]
+    if not private:
+        table[NOT_PRIVATE_COLUMN] = True  # as in the synthetic file
+    if source_kind == "dataset":
+        import datasets
+
+        return datasets.Dataset.from_pandas(table, preserve_index=False)
+    return table
 
 
 def _point_to_the_stopped_run(exc: BaseException, out: Path) -> None:
@@ -273,9 +278,3 @@ def _write_report(out: Path) -> Path | None:
     from dpsynth.report import write_report
 
     return write_report(out)
-
-
-def _summary(ledger: PrivacyLedger, config: RunConfig) -> dict[str, Any]:
-    return {"epsilon": ledger.spent(), "epsilon_budget": ledger.epsilon,
-            "delta": ledger.delta, "private": config.budget.private,
-            "stages": ledger.breakdown()}

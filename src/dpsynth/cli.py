@@ -27,9 +27,7 @@ from dpsynth.examples import EXAMPLE_CONFIG
 from dpsynth.logs import LEVELS, setup_logging, where_raised
 from dpsynth.methods.registry import RECIPES
 from dpsynth.preflight import RunPlan, make_plan, print_plan
-from dpsynth.stops import signals_stop_the_run
-from dpsynth.synthesis import NOT_PRIVATE, prepare_output_dir, stopped_summary
-from dpsynth.synthesis import run as run_recipe
+from dpsynth.run import NOT_PRIVATE, Run, prepare_output_dir, stopped_summary
 
 log = logging.getLogger("dpsynth.cli")
 app = typer.Typer(
@@ -156,8 +154,9 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
     cfg = _load(config, seed, output, time)
     fresh = not cfg.output.dir.exists()
     setup_logging(level, prepare_output_dir(cfg.output.dir) / "run.log")
+    this_run = Run(cfg)
     try:
-        run_plan = make_plan(cfg)
+        run_plan = this_run.plan()
     except InputError:
         if fresh:  # refused before anything ran: leave no folder with an empty log behind
             setup_logging(level)  # closes run.log
@@ -165,8 +164,7 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
         raise
     print_plan(run_plan, out)
     try:
-        with signals_stop_the_run():
-            outputs = run_recipe(cfg, run_plan=run_plan)
+        outputs = this_run.execute()
     except KeyboardInterrupt:
         again = " ".join(["dpsynth run", *([str(config)] if config else []),
                           *(["--seed", str(seed)] if seed is not None else []),
@@ -180,9 +178,10 @@ def run(config: ConfigArg = None, seed: SeedOpt = None, output: OutputOpt = None
                   f"{cfg.output.dir} (use a new output folder to synthesise again)")
     if not cfg.budget.private:
         out.print(f"[bold red]{NOT_PRIVATE}[/bold red]")
+    spend = outputs.spend()
     out.print(f"synthetic data: {outputs.synthetic} ({_per_label(outputs.result)})\n"
-              f"privacy spend:  {outputs.privacy} (ε = {outputs.ledger.spent():.4g} of "
-              f"{outputs.ledger.epsilon:g}, δ = {outputs.ledger.delta:.3g})\n"
+              f"privacy spend:  {outputs.privacy} (ε = {spend['epsilon']:.4g} of "
+              f"{spend['epsilon_budget']:g}, δ = {spend['delta']:.3g})\n"
               f"diagnostics:    {outputs.metrics}\n"
               f"log:            {cfg.output.dir / 'run.log'}")
     if cfg.held_out is not None:

@@ -15,7 +15,7 @@ from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import build_generator
 from dpsynth.backends.loopback import LoopbackServer
 from dpsynth.backends.prompt_sets import ChatPrompt
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder, ticket_texts
 from tests.methods.test_recipes import make_config
 from tests.test_stops import free_port

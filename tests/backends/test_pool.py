@@ -14,7 +14,7 @@ from dpsynth.backends.pool import PoolGenerator
 from dpsynth.backends.pool_edit import EditedPool
 from dpsynth.backends.pool_texts import read_pool_texts, refuse_private_pool
 from dpsynth.errors import ConfigError, DataError
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_recipes import make_config
 

@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 from dpsynth.backends import FAILED, BackendError, Condition, build_generator
 from dpsynth.backends.config import GeneratorConfig, HttpConfig
 from dpsynth.config import parse_config
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import FILLER, VOCAB, HashEmbedder, ticket_texts
 
 WORDS = sorted({w for words in VOCAB.values() for w in words} | set(FILLER) | set(VOCAB))

@@ -10,7 +10,7 @@ pytest.importorskip("opacus")
 
 from dpsynth.config import parse_config
 from dpsynth.methods.parts.topics import TopicModel
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 
 
@@ -235,7 +235,7 @@ def test_dpft_neither_uses_nor_probes_the_configured_generator(tmp_path, tickets
     def no_build(*args, **kwargs):
         raise AssertionError("dpft built backends.generator")
 
-    monkeypatch.setattr("dpsynth.synthesis.build_generator", no_build)
+    monkeypatch.setattr("dpsynth.run.models.build_generator", no_build)
 
     cfg = config(tmp_path, tickets, "dpft", tiny_lm, topics, steps=2, n_output=6)
     down = GeneratorConfig(name="openai", base_url="http://127.0.0.1:9/v1", model="m",

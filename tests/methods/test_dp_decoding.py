@@ -27,7 +27,7 @@ from dpsynth.private.releases.decoding import (
     record_batches,
 )
 from dpsynth.private.releases.decoding import batch_of as decoding_batch_of
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
 
 torch = pytest.importorskip("torch")

@@ -9,7 +9,7 @@ import pytest
 
 from dpsynth.config import parse_config
 from dpsynth.methods.parts.gaussian import GaussianModel, estimate
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 from tests.tiny_lm import INVERSION_DIM, one_torch_thread
 

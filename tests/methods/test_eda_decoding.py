@@ -15,7 +15,7 @@ from dpsynth.methods.parts.decoding import (
     GeneratorPerplexity,
     closest,
 )
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 from tests.methods.test_eda import DIM, PARAMS, make_config
 from tests.tiny_lm import one_torch_thread

@@ -99,7 +99,7 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
 @pytest.mark.parametrize("discriminator", ["binary", "labelled"])
 @pytest.mark.parametrize("mode", ["tutor", "uniform", "none"])
 def test_label_modes_shape_the_output(tmp_path, tickets, mode, discriminator):
-    from dpsynth.synthesis import run
+    from dpsynth.run import run
     from tests.methods.test_recipes import make_config
 
     outputs = run(make_config(tmp_path, tickets, "kd_tutor", label_mode=mode,

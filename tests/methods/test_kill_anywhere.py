@@ -26,7 +26,7 @@ BUDGET = 2.0
 DRIVER = """
 import sys, time
 from dpsynth.config import load_config
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder, RecordingGenerator
 
 class Slow(RecordingGenerator):

@@ -8,7 +8,7 @@ from dpsynth.backends.base import Condition
 from dpsynth.backends.label_names import LabelNamedGenerator
 from dpsynth.config import parse_config
 from dpsynth.errors import ConfigError
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder, RecordingGenerator
 from tests.methods.test_recipes import PARAMS
 

@@ -22,7 +22,7 @@ from dpsynth.config import parse_config
 from dpsynth.privacy import mechanisms as m
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.noise import NoiseSource
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_recipes import PARAMS
 
@@ -196,7 +196,7 @@ def config(tmp_path, name, frame, recipe, params, k):
 
 def check_neighbours(tmp_path, monkeypatch, recipe, params, kind, users, k,
                      embedder=HashEmbedder) -> list[Seen]:
-    monkeypatch.setattr("dpsynth.synthesis.NoiseSource", ZeroNoise)
+    monkeypatch.setattr("dpsynth.run.resume.NoiseSource", ZeroNoise)
     frame = base_rows(users)
     on_d = Recorder()
     monkeypatch.setattr(PrivacyLedger, "release", lambda self, *args: on_d(self, *args))

@@ -22,7 +22,7 @@ from dpsynth.privacy.journal import Journal
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.report import write_report
 from dpsynth.report.inputs import load_run
-from dpsynth.synthesis import NOT_PRIVATE_COLUMN
+from dpsynth.run import NOT_PRIVATE_COLUMN
 from tests.methods.fakes import HashEmbedder, RecordingGenerator, ticket_texts
 from tests.methods.test_recipes import PARAMS
 
@@ -48,8 +48,8 @@ def _config(folder: Path, recipe: str, seed: int, noise: str, users: bool,
 
 @pytest.fixture
 def fake_backends(monkeypatch):
-    monkeypatch.setattr("dpsynth.synthesis.build_embedder", lambda *a, **k: HashEmbedder())
-    monkeypatch.setattr("dpsynth.synthesis.build_generator", lambda *a, **k: RecordingGenerator())
+    monkeypatch.setattr("dpsynth.run.models.build_embedder", lambda *a, **k: HashEmbedder())
+    monkeypatch.setattr("dpsynth.run.models.build_generator", lambda *a, **k: RecordingGenerator())
 
 
 def _stop_after_the_first_answer(journal: Journal, index: int, value) -> None:

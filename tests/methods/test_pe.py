@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dpsynth.methods.pe import PeParams, PrivateEvolution, _distinct_quotas, _weighted_order
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator, ticket_dataset
 from tests.methods.test_recipes import make_config
 

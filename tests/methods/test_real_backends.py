@@ -10,7 +10,7 @@ from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import build_generator
 from dpsynth.backends.loopback import LoopbackServer
 from dpsynth.backends.offline.generator import OfflineGenerator
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder
 from tests.methods.test_recipes import PARAMS, make_config
 

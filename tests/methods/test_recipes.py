@@ -12,7 +12,7 @@ from dpsynth.config import parse_config
 from dpsynth.data import PrivateDataset
 from dpsynth.methods.dpga import Dpga
 from dpsynth.methods.dpga_metadata import Metadata
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
 
 PARAMS = {

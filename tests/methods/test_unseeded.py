@@ -11,7 +11,7 @@ import pytest
 
 from dpsynth.config import parse_config
 from dpsynth.methods.registry import RECIPES as REGISTRY
-from dpsynth.synthesis import run
+from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator
 from tests.smollm import require_smollm
 

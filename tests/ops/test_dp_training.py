@@ -168,7 +168,7 @@ def test_resuming_without_the_saved_state_is_a_clear_error(tmp_path):
 
 
 def _journaled_ledger(journal, resume_from):
-    """The ledger a resumed run gets (as `synthesis` rebuilds it): every journaled charge on
+    """The ledger a resumed run gets (as `run.resume` rebuilds it): every journaled charge on
     it, those after the recipe's checkpoint expected again in order."""
     from dpsynth.privacy.ledger import Journaled
 

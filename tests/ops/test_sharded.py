@@ -271,7 +271,7 @@ def test_a_run_on_ray_is_the_local_run_and_logs_no_private_text(cluster, tmp_pat
     texts, labels = ticket_texts(120)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
-    monkeypatch.setattr("dpsynth.synthesis.build_generator",
+    monkeypatch.setattr("dpsynth.run.models.build_generator",
                         lambda *a, **k: RecordingGenerator())
     outputs = {}
     for name in ("local", "ray"):
@@ -344,7 +344,7 @@ def ctcl_unbroken(cluster, tmp_path_factory, tiny_lm, embedder_cfg, public_file)
     texts, labels = ticket_texts(120)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(folder / "private.csv", index=False)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("dpsynth.synthesis.build_generator", lambda *a, **k: RecordingGenerator())
+        patch.setattr("dpsynth.run.models.build_generator", lambda *a, **k: RecordingGenerator())
         assert _cli(_ctcl_config(folder, "local", tiny_lm, embedder_cfg, public_file)) == 0
     return folder / "local", texts
 
@@ -364,7 +364,7 @@ def test_ctcl_stopped_on_ray_resumes_on_ray_to_the_unbroken_run(
     (tmp_path / "private.csv").write_bytes((unbroken.parent / "private.csv").read_bytes())
     config = _ctcl_config(tmp_path, "ray", tiny_lm, embedder_cfg, public_file)
     out = tmp_path / "ray"
-    monkeypatch.setattr("dpsynth.synthesis.build_generator",
+    monkeypatch.setattr("dpsynth.run.models.build_generator",
                         lambda *a, **k: RecordingGenerator())
     monkeypatch.setattr(PrivateDataset, "embed", _driver_embeds)
     sharded_voters = []

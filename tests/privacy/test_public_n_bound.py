@@ -66,7 +66,7 @@ def test_a_run_with_a_bound_states_it_as_the_public_fact(tmp_path, caplog):
     import logging
 
     caplog.set_level(logging.INFO, logger="dpsynth")
-    from dpsynth.synthesis import run
+    from dpsynth.run import run
     from tests.methods.fakes import HashEmbedder, RecordingGenerator
 
     labels = write_data(tmp_path)
@@ -84,7 +84,7 @@ def test_under_a_bound_dp_training_averages_over_the_public_batch_size(tmp_path,
     """The divisor of every DP-Adam update is q·B, the same for N and N + 1 units."""
     pytest.importorskip("opacus")
     from dpsynth.private.training import dp_training
-    from dpsynth.synthesis import run
+    from dpsynth.run import run
     from tests.methods.fakes import RecordingGenerator
     from tests.methods.test_unseeded import tiny_stand_ins
     from tests.tiny_lm import one_torch_thread

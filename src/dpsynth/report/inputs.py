@@ -23,6 +23,7 @@ from dpsynth.data.io import FORMATS
 from dpsynth.errors import DpsynthError, InputError
 from dpsynth.evaluate.result import FIGURES_FILE, METRICS_FILE, EvalResult
 from dpsynth.evaluate.tables import TextTable, read_text_table
+from dpsynth.privacy.spend import recomputed_spend
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,10 @@ def load_run(run_dir: str | Path) -> RunArtifacts:
 
 
 def read_privacy(data: dict[str, Any]) -> PrivacySpend:
-    """Figures from a ledger dict, recomputed from its charges when the ledger module is
-    present (a report's ε must not trust a stored number), else as stored."""
-    ledger_class = _ledger_class()
-    if ledger_class is not None and "charges" in data:
-        ledger = ledger_class.from_dict(data)
-        spent, breakdown = ledger.spent(), ledger.breakdown()
+    """Figures from a ledger dict, recomputed from its charges where it records them (a
+    report's ε must not trust a stored number), else as stored."""
+    if "charges" in data:
+        spent, breakdown = recomputed_spend(data)
         source = f"recomputed from the {len(data['charges'])} recorded releases"
     else:
         spent, breakdown = data.get("spent", {}).get("epsilon"), data.get("breakdown", {})
@@ -109,15 +108,6 @@ def read_privacy(data: dict[str, Any]) -> PrivacySpend:
     stopped = None if data.get("complete", True) else str(data.get("stopped", "stopped early"))
     return PrivacySpend(budget.get("epsilon"), budget.get("delta"), spent, stages, source,
                         stopped, data.get("assumes"))
-
-
-def _ledger_class():
-    """The privacy ledger type, where this install has it."""
-    try:
-        from dpsynth.privacy.ledger import PrivacyLedger
-    except ImportError:
-        return None
-    return PrivacyLedger
 
 
 def _privacy(run_dir: Path) -> PrivacySpend:
