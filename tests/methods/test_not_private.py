@@ -52,9 +52,9 @@ def fake_backends(monkeypatch):
     monkeypatch.setattr("dpsynth.run.models.build_generator", lambda *a, **k: RecordingGenerator())
 
 
-def _stop_after_the_first_answer(journal: Journal, index: int, value) -> None:
+def _stop_after_the_first_answer(journal: Journal, index: int, value, draws: int) -> None:
     """Ctrl-C once the run's first release is journaled."""
-    _append_output(journal, index, value)
+    _append_output(journal, index, value, draws)
     raise KeyboardInterrupt
 
 

@@ -425,8 +425,8 @@ def test_another_user_column_in_the_same_folder_is_refused_the_same_one_resumes(
 
     append_output = Journal.append_output
 
-    def crash_after_the_first_answer(journal, index, value):
-        append_output(journal, index, value)
+    def crash_after_the_first_answer(journal, index, value, draws):
+        append_output(journal, index, value, draws)
         raise _Crash
 
     with monkeypatch.context() as patched, pytest.raises(_Crash):

@@ -153,3 +153,49 @@ def test_a_data_setting_this_version_dropped_does_not_refuse_an_older_folder():
                           {**now, "min_examples_per_label": 2})
     assert older.changed_data(now) == []
     assert older.changed_data({**now, "max_chars": 100}) == ["max_chars"]
+
+
+class _Counted(Laplace):
+    """A Laplace that counts its draws, to see which releases a restart makes again."""
+
+    draws = 0
+
+    def _release(self, values, noise):
+        type(self).draws += 1
+        return super()._release(values, noise)
+
+
+def test_a_replayed_answer_is_not_drawn_again_and_the_stream_goes_on_where_it_was(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    _, ledger = _journaled_ledger(path)
+    uninterrupted = NoiseSource(seed=7)
+    first = ledger.release("hist", _Counted(2.0), [5, 9], uninterrupted)
+    second = ledger.release("hist", _Counted(2.0), [5, 9], uninterrupted)
+    _Counted.draws = 0
+    journal, restarted = _journaled_ledger(path)
+    restarted.replay(journal.releases[:1])  # the restart saw only the first answer journaled
+    noise = NoiseSource(seed=7)
+    np.testing.assert_array_equal(restarted.release("hist", _Counted(2.0), [5, 9], noise),
+                                  first)
+    assert _Counted.draws == 0 and noise.draws == 1
+    np.testing.assert_array_equal(restarted.release("hist", _Counted(2.0), [5, 9], noise),
+                                  second)  # the seeded stream where the first run had it
+    assert _Counted.draws == 1
+
+
+def test_a_journal_without_stream_positions_draws_again_on_replay(tmp_path):
+    """Journals written before positions were recorded still replay in step."""
+    path = tmp_path / "releases.jsonl"
+    _, ledger = _journaled_ledger(path)
+    first = ledger.release("hist", _Counted(2.0), [5, 9], NoiseSource(seed=7))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "draws"}) + "\n"
+                            for line in lines))
+    _Counted.draws = 0
+    journal, restarted = _journaled_ledger(path)
+    assert journal.releases[0].draws is None
+    restarted.replay(journal.releases)
+    noise = NoiseSource(seed=7)
+    np.testing.assert_array_equal(restarted.release("hist", _Counted(2.0), [5, 9], noise),
+                                  first)
+    assert _Counted.draws == 1 and noise.draws == 1

@@ -4,7 +4,8 @@ One JSON object a line, each fsynced before the process goes on:
 
     {"header": {...}}                       the budget, the noise mode, the public seed
     {"charge": {...}}                       a release's charge, before its noise is drawn
-    {"output": i, "value": ...}             release i's noisy answer, before it is used
+    {"output": i, "value": ..., "draws": n} release i's noisy answer, before it is used, and
+                                            the noise stream's position after it
 
 A release's noisy answer is public once drawn, so journaling it costs nothing; a run that
 restarts in the folder replays the journal instead of releasing again (`PrivacyLedger.replay`).
@@ -146,8 +147,8 @@ class Journal:
     def append_charge(self, charge: Charge) -> None:
         self._append({"charge": charge.to_json()})
 
-    def append_output(self, index: int, value: Any) -> None:
-        self._append({"output": index, "value": encode(value)})
+    def append_output(self, index: int, value: Any, draws: int) -> None:
+        self._append({"output": index, "value": encode(value), "draws": draws})
 
     def _append(self, entry: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
@@ -162,8 +163,9 @@ def _releases(lines: list[dict[str, Any]]) -> list[Journaled]:
         if "charge" in entry:
             charges.append(Charge.from_json(entry["charge"]))
         else:
-            outputs[int(entry["output"])] = decode(entry["value"])
-    return [Journaled(i, charge, outputs.get(i, NOT_DRAWN)) for i, charge in enumerate(charges)]
+            outputs[int(entry["output"])] = decode(entry["value"]), entry.get("draws")
+    return [Journaled(i, charge, *outputs.get(i, (NOT_DRAWN, None)))
+            for i, charge in enumerate(charges)]
 
 
 def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:

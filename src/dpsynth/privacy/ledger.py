@@ -84,6 +84,8 @@ class Journaled:
     index: int
     charge: Charge
     output: Any = NOT_DRAWN
+    draws: int | None = None
+    """The noise stream's position after the answer was drawn (None in older journals)."""
 
 
 @dataclass
@@ -120,10 +122,11 @@ class PrivacyLedger:
     on_charge: Callable[[Charge], None] | None = field(default=None, repr=False, compare=False)
     """Called after a charge is recorded and before its noise is drawn: a write-ahead hook
     so that a crash can never lose a release that may already have left the process."""
-    on_answer: Callable[[int, Any], None] | None = field(default=None, repr=False,
-                                                          compare=False)
-    """Called with (charge index, noisy answer) after the noise is drawn and before the
-    answer is returned: the journal writes it, so that a restart reuses it."""
+    on_answer: Callable[[int, Any, int], None] | None = field(default=None, repr=False,
+                                                               compare=False)
+    """Called with (charge index, noisy answer, the noise stream's position after it) after
+    the noise is drawn and before the answer is returned: the journal writes them, so that a
+    restart reuses the answer and continues the stream where it was."""
     _pending: deque = field(default_factory=deque, init=False, repr=False, compare=False)
     _caps: dict[str, float] | None = field(default=None, init=False, repr=False,
                                            compare=False)
@@ -283,19 +286,24 @@ class PrivacyLedger:
     def release(self, stage: str, mechanism: Mechanism, values: Any, noise: NoiseSource) -> Any:
         """Charge `mechanism` for `stage`, then — only then — draw its noisy answer.
 
-        A replayed release returns the answer recorded for it (when one was), drawing anyway
-        so that a seeded stream stays where an uninterrupted run would have it."""
+        A replayed release returns the answer recorded for it (when one was) without drawing
+        again: the stream moves to where the recorded release left it. A journal too old to
+        say where draws anyway, so that a seeded stream stays where an uninterrupted run
+        would have it."""
         replayed = self._replayed(stage, mechanism.event)
         if replayed is None:
             raise_if_stop_requested()
             self._commit(Charge(stage, mechanism.event, mechanism.kind, mechanism.sensitivity,
                                 mechanism.noise_scale))
+        elif replayed.output is not NOT_DRAWN and replayed.draws is not None:
+            noise.continue_at(replayed.draws)
+            return replayed.output
         answer = mechanism._release(values, noise)
         if replayed is not None and replayed.output is not NOT_DRAWN:
             return replayed.output
         if self.on_answer is not None:
             index = replayed.index if replayed is not None else len(self.charges) - 1
-            self.on_answer(index, answer)
+            self.on_answer(index, answer, noise.draws)
         return answer
 
     def spent(self) -> float:

@@ -59,6 +59,12 @@ class NoiseSource:
         return {"seed": self.seed, "draws": self.draws if self.seeded else 0,
                 "exact_max": self.exact_max}
 
+    def continue_at(self, draws: int) -> None:
+        """Skip to `draws`, where a journaled release left the stream: a seeded run resumes
+        it without drawing that release again (an unseeded one draws fresh anyway)."""
+        if self.seeded:
+            self.draws = int(draws)
+
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> NoiseSource:
         source = cls(state["seed"], exact_max=int(state.get("exact_max", 4096)))
