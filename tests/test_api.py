@@ -7,7 +7,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import signal
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -314,3 +318,40 @@ def test_a_public_sized_step_logs_how_far_it_is_with_the_time_left(monkeypatch, 
     with caplog.at_level(logging.INFO, logger="dpsynth"):
         list(progress.track(range(6), "embedding"))
     assert not caplog.records
+
+
+class SignalledGenerator(RecordingGenerator):
+    """Gets SIGTERM while it rewrites (after the first vote) and swallows the interrupt, as
+    a library callback can."""
+
+    def rewrite(self, *args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs here
+        except KeyboardInterrupt:
+            pass
+        return super().rewrite(*args, **kwargs)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_signal_stops_the_api_run_at_its_next_release_and_the_callers_handler_returns(
+        frame, tmp_path):
+    def callers(signum, stack):
+        raise AssertionError("the run's own handler must be in place while it runs")
+
+    before = signal.signal(signal.SIGTERM, callers)
+    try:
+        out = tmp_path / "out"
+        with pytest.raises(KeyboardInterrupt):
+            synth(frame, generator=SignalledGenerator(), output_dir=out)
+        assert signal.getsignal(signal.SIGTERM) is callers
+        spent = json.loads((out / "privacy.json").read_text())
+        assert spent["complete"] is False
+        assert [c["stage"] for c in spent["charges"]].count("voting") == 1
+        resumed = synth(frame, output_dir=out)  # nothing charged twice
+        assert signal.getsignal(signal.SIGTERM) is callers
+        assert resumed.privacy["stages"]["voting"]["releases"] == PE["iterations"]
+        assert synth(frame, output_dir=out).already_complete
+        assert signal.getsignal(signal.SIGTERM) is callers
+    finally:
+        signal.signal(signal.SIGTERM, before)
