@@ -23,7 +23,7 @@ REQUIRED_RATIO_AT_32 = 0.90
 
 def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsynth.backends.loopback", "--port", "0",
+        [sys.executable, "-m", "dpsynth.backends.http.loopback", "--port", "0",
          "--latency", str(latency)], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("serving "):

@@ -123,7 +123,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from dpsynth.backends.config import GeneratorConfig
-    from dpsynth.backends.prompt_sets import load_prompt_set
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
     from dpsynth.backends.smollm.generator import SmolLMGenerator
 
     print(f"load at start: {os.getloadavg()}", flush=True)

@@ -98,7 +98,7 @@ def embed(pool: Path) -> None:
     """Store the pool's embeddings beside it, as the pool generator would on first use."""
     from dpsynth.backends import build_embedder
     from dpsynth.backends.config import EmbedderConfig
-    from dpsynth.backends.pool import PoolGenerator
+    from dpsynth.backends.pool.generator import PoolGenerator
 
     for stale in pool.parent.glob(f"{pool.name}.emb-*.npy"):
         stale.unlink()

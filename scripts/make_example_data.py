@@ -163,7 +163,7 @@ def write_forum(path: Path, posts: list[str]) -> None:
     """The pool and its MiniLM embeddings, stored where the pool generator looks for them."""
     from dpsynth.backends.config import EmbedderConfig
     from dpsynth.backends.factory import build_embedder
-    from dpsynth.backends.pool import PoolGenerator
+    from dpsynth.backends.pool.generator import PoolGenerator
 
     path.write_text("\n".join(posts) + "\n", encoding="utf-8")
     for old in path.parent.glob(f"{path.name}.emb-*.npy"):

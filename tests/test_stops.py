@@ -17,7 +17,7 @@ import yaml
 from dpsynth.backends.base import BackendError
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import build_generator
-from dpsynth.backends.loopback import LoopbackServer
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.cli import main
 from dpsynth.synthesis import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_texts
@@ -415,7 +415,7 @@ def test_a_dead_remote_embedder_is_caught_before_any_release(tmp_path, tickets):
 
 
 def test_a_pools_dead_remote_editor_is_caught_before_any_release(tmp_path, tickets):
-    from dpsynth.backends.pool_edit import EditedPool
+    from dpsynth.backends.pool.edit import EditedPool
 
     port = free_port()
     generator = EditedPool(RecordingGenerator(), openai(f"http://127.0.0.1:{port}/v1"), 0.3)

@@ -129,7 +129,7 @@ class RunConfig(BaseModel):
         """Files read as public text are never the private data nor the held-out records: a
         pool's texts can appear verbatim in the output, a tfidf vocabulary is public. (An
         in-memory frame has no path: the run compares its texts with a pool's instead.)"""
-        from dpsynth.backends.pool_texts import refuse_private_pool
+        from dpsynth.backends.pool.texts import refuse_private_pool
 
         private = [("held_out.path", self.held_out.path)] if self.held_out is not None else []
         if str(self.data.path) != "<DataFrame>":  # dpsynth.synthesize on a frame

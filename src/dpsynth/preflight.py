@@ -97,7 +97,7 @@ def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> 
     generator = config.backends.generator
     if generator.name != "pool" or generator.path is None:
         return  # the shipped pool is public text
-    from dpsynth.backends.pool_texts import read_pool_texts
+    from dpsynth.backends.pool.texts import read_pool_texts
 
     pool = config._resolved(generator.path)
     if data.mostly_within(read_pool_texts(pool, generator.text_column, None)):
@@ -110,7 +110,7 @@ def _refuse_fit_texts_of_private_texts(config: RunConfig, data: PrivateDataset) 
     vote, depend on the whole private set, not on that unit alone. The config refuses the
     private file named as fit_texts; this catches a copy of it (or a file that holds it),
     before anything is released."""
-    from dpsynth.backends.tfidf import read_public_texts
+    from dpsynth.backends.embedders.tfidf import read_public_texts
 
     generator = config.backends.generator
     for field, embedder in (("backends.embedder", config.backends.embedder),

@@ -23,9 +23,9 @@ import pandas as pd
 from dpsynth.backends import Embedder, Generator, build_embedder, build_generator
 from dpsynth.backends.base import UnusedGenerator
 from dpsynth.backends.config import REMOTE_EMBEDDING_ASSUMPTION, GeneratorConfig
-from dpsynth.backends.counting import CountingGenerator
+from dpsynth.backends.generators.counting import CountingGenerator
+from dpsynth.backends.generators.label_names import with_label_names
 from dpsynth.backends.health import check_backends
-from dpsynth.backends.label_names import with_label_names
 from dpsynth.backends.ray_cluster import ray_session
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import RunConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpsynth.backends.config import GeneratorConfig, HttpConfig
-from dpsynth.backends.loopback import LoopbackServer
+from dpsynth.backends.http.loopback import LoopbackServer
 
 FAST_HTTP = HttpConfig(timeout_s=0.5, max_retries=3, backoff_s=0.01, max_backoff_s=0.05)
 

@@ -7,7 +7,7 @@ import pytest
 
 from dpsynth.backends import BackendError, build_embedder
 from dpsynth.backends.config import EmbedderConfig
-from dpsynth.backends.tfidf import TfidfEmbedder
+from dpsynth.backends.embedders.tfidf import TfidfEmbedder
 from dpsynth.data.private import PrivateDataset
 from dpsynth.errors import ConfigError, InputError
 

@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from dpsynth.backends.base import BackendError
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import build_generator
-from dpsynth.backends.loopback import LoopbackServer
-from dpsynth.backends.prompt_sets import ChatPrompt
+from dpsynth.backends.generators.prompt_sets import ChatPrompt
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.synthesis import run
 from tests.methods.fakes import HashEmbedder, ticket_texts
 from tests.methods.test_recipes import make_config

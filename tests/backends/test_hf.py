@@ -4,8 +4,8 @@ import pytest
 
 from dpsynth.backends import FAILED, Condition, build_generator
 from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.hf import HFGenerator
-from dpsynth.backends.prompt_sets import ChatPrompt
+from dpsynth.backends.generators.hf import HFGenerator
+from dpsynth.backends.generators.prompt_sets import ChatPrompt
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -127,7 +127,7 @@ def test_missing_model_folder_is_an_input_error(tmp_path):
 
 def test_loopback_server_backed_by_a_local_model(causal_dir):
     """The OpenAI client, over HTTP, gets what the local model generates for that prompt."""
-    from dpsynth.backends.loopback import LoopbackServer, model_responder
+    from dpsynth.backends.http.loopback import LoopbackServer, model_responder
 
     local = build_generator(hf_config(causal_dir, temperature=0.0))
     with LoopbackServer(responder=model_responder(local)) as server:

@@ -41,7 +41,7 @@ def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm
     only the model is shared: private text embedded through one leaves nothing behind."""
     import sqlite3
 
-    from dpsynth.backends.sentence_transformer import _loaded
+    from dpsynth.backends.embedders.sentence_transformer import _loaded
 
     run = build_embedder(EmbedderConfig(name="minilm", cache=tmp_path / "cache.sqlite"))
     held_out = build_embedder(EmbedderConfig(name="minilm"))
@@ -60,7 +60,7 @@ def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm
 def test_models_in_folders_of_the_same_name_never_share_a_cache_key(minilm, tmp_path):
     """The bundled MiniLM keeps the key its shipped pool vectors are stored under; another
     folder called `model` (here MiniLM's files plus one more) gets a key of its own."""
-    from dpsynth.backends.sentence_transformer import minilm_path
+    from dpsynth.backends.embedders.sentence_transformer import minilm_path
 
     source = minilm_path()
     copies = [tmp_path / "a" / "model", tmp_path / "b" / "model"]

@@ -7,9 +7,9 @@ import pytest
 
 from dpsynth.backends import BLANK, FAILED, BackendError, Condition, build_generator
 from dpsynth.backends.config import HttpConfig
-from dpsynth.backends.loopback import LoopbackServer
-from dpsynth.backends.openai_chat import request_seed
-from dpsynth.backends.openai_http import RateLimiter, _error_message
+from dpsynth.backends.http.chat import request_seed
+from dpsynth.backends.http.client import RateLimiter, _error_message
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.errors import ConfigError
 
 from .conftest import FAST_HTTP, chat_config

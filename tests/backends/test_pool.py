@@ -10,9 +10,9 @@ import pytest
 from dpsynth.backends.base import Condition
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import GENERATORS, build_embedder, build_generator
-from dpsynth.backends.pool import PoolGenerator
-from dpsynth.backends.pool_edit import EditedPool
-from dpsynth.backends.pool_texts import read_pool_texts, refuse_private_pool
+from dpsynth.backends.pool.edit import EditedPool
+from dpsynth.backends.pool.generator import PoolGenerator
+from dpsynth.backends.pool.texts import read_pool_texts, refuse_private_pool
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.synthesis import run
 from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator, ticket_texts

@@ -6,7 +6,7 @@ import pytest
 
 from dpsynth.backends import FAILED, Condition, build_generator
 from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.prompt_sets import load_prompt_set
+from dpsynth.backends.generators.prompt_sets import load_prompt_set
 from dpsynth.backends.smollm.generator import SmolLMGenerator
 from tests.smollm import require_smollm
 

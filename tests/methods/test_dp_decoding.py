@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from dp_accounting import dp_event, pld, rdp
 
-from dpsynth.backends.context_lm import SLOT
+from dpsynth.backends.generators.context_lm import SLOT
 from dpsynth.config import parse_config
 from dpsynth.data import PrivateDataset
 from dpsynth.errors import ConfigError

@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 
 from dpsynth.backends.config import GeneratorConfig
 from dpsynth.backends.factory import build_generator
-from dpsynth.backends.loopback import LoopbackServer
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.backends.offline.generator import OfflineGenerator
 from dpsynth.synthesis import run
 from tests.methods.fakes import HashEmbedder

@@ -17,7 +17,7 @@ import numpy as np
 from dpsynth.errors import DpsynthError
 
 if TYPE_CHECKING:
-    from dpsynth.backends.context_lm import ContextLM
+    from dpsynth.backends.generators.context_lm import ContextLM
 
 BLANK = "_"
 """The blank marker in texts passed to `Generator.fill`, as in dpga-textsyn's prompts."""

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dpsynth.backends.pool import DEFAULT_CANDIDATES, DEFAULT_MAX_TEXTS
+from dpsynth.backends.pool.generator import DEFAULT_CANDIDATES, DEFAULT_MAX_TEXTS
 
 
 class Price(BaseModel):
@@ -165,7 +165,7 @@ class GeneratorConfig(BaseModel):
     def _a_known_prompt_set(cls, value: str | None) -> str | None:
         """A name that is no built-in set is a typo, found here rather than when the generator
         is built (or never, for a generator without prompts). Paths are checked on build."""
-        from dpsynth.backends.prompt_sets import builtin_prompt_sets
+        from dpsynth.backends.generators.prompt_sets import builtin_prompt_sets
 
         if value is None:
             return value

@@ -41,14 +41,17 @@ def _with_paths_resolved(cfg: C, base_dir: Path | None) -> C:
 
 
 def _minilm(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder, minilm_path
+    from dpsynth.backends.embedders.sentence_transformer import (
+        SentenceTransformerEmbedder,
+        minilm_path,
+    )
 
     return SentenceTransformerEmbedder(cfg.model or minilm_path(),
                                        batch_size=cfg.batch_size)
 
 
 def _sentence_transformers(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder
+    from dpsynth.backends.embedders.sentence_transformer import SentenceTransformerEmbedder
 
     if cfg.model is None:
         raise ConfigError("backends.embedder.model: a sentence-transformers model folder is "
@@ -57,13 +60,13 @@ def _sentence_transformers(cfg: EmbedderConfig) -> Embedder:
 
 
 def _openai_embedder(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
+    from dpsynth.backends.embedders.openai import OpenAIEmbedder
 
     return OpenAIEmbedder(cfg)
 
 
 def _tfidf(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.tfidf import TfidfEmbedder, read_public_texts
+    from dpsynth.backends.embedders.tfidf import TfidfEmbedder, read_public_texts
 
     if cfg.fit_texts is None:
         raise ConfigError("backends.embedder.fit_texts: name a PUBLIC text file to fit the "
@@ -72,15 +75,15 @@ def _tfidf(cfg: EmbedderConfig) -> Embedder:
 
 
 def _openai_generator(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.prompt_sets import load_prompt_set
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
+    from dpsynth.backends.http.chat import OpenAIChatGenerator
 
     return OpenAIChatGenerator(cfg, load_prompt_set(cfg.prompt_set()))
 
 
 def _hf_generator(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.hf import HFGenerator
-    from dpsynth.backends.prompt_sets import load_prompt_set
+    from dpsynth.backends.generators.hf import HFGenerator
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
 
     if cfg.model is None:
         raise ConfigError("backends.generator.model: a local Hugging Face model folder is "
@@ -89,7 +92,7 @@ def _hf_generator(cfg: GeneratorConfig) -> Generator:
 
 
 def _smollm(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.prompt_sets import load_prompt_set
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
     from dpsynth.backends.smollm.generator import SmolLMGenerator
 
     return SmolLMGenerator(load_prompt_set(cfg.prompt_set()), cfg)
@@ -116,7 +119,7 @@ with its MiniLM embeddings stored beside it."""
 
 
 def _pool(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.pool import PoolGenerator
+    from dpsynth.backends.pool.generator import PoolGenerator
 
     path = cfg.path if cfg.path is not None else DEFAULT_POOL
     pool = PoolGenerator(path, build_embedder(cfg.embedder), text_column=cfg.text_column,
@@ -124,7 +127,7 @@ def _pool(cfg: GeneratorConfig) -> Generator:
                          index_dir=cfg.index_dir)
     if cfg.edit is None:
         return pool
-    from dpsynth.backends.pool_edit import EditedPool
+    from dpsynth.backends.pool.edit import EditedPool
 
     edit = cfg.edit if cfg.edit.seed is not None else cfg.edit.model_copy(
         update={"seed": cfg.seed})

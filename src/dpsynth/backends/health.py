@@ -65,8 +65,8 @@ def last_error(backend: Any) -> str | None:
 def _unwrap(backend: Any) -> Any:
     """The backend under the run's counting, caching and label-naming wrappers."""
     from dpsynth.backends.cache import CachedEmbedder, CachedGenerator
-    from dpsynth.backends.counting import CountingGenerator
-    from dpsynth.backends.label_names import LabelNamedGenerator
+    from dpsynth.backends.generators.counting import CountingGenerator
+    from dpsynth.backends.generators.label_names import LabelNamedGenerator
 
     while isinstance(backend, CountingGenerator | CachedGenerator | CachedEmbedder
                      | LabelNamedGenerator):
@@ -80,8 +80,8 @@ def _unwrap(backend: Any) -> Any:
 def _probe(backend: Any, kind: str) -> None:
     """Probe each of the backend's servers; with several, drop the dead ones with a warning
     and fail only when none answers."""
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
+    from dpsynth.backends.embedders.openai import OpenAIEmbedder
+    from dpsynth.backends.http.chat import OpenAIChatGenerator
 
     if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
         return
@@ -102,8 +102,8 @@ def _probe(backend: Any, kind: str) -> None:
 
 
 def _probe_one(backend: Any, url: str) -> None:
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
+    from dpsynth.backends.embedders.openai import OpenAIEmbedder
+    from dpsynth.backends.http.chat import OpenAIChatGenerator
 
     update: dict[str, Any] = {"concurrency": 1, "http": _probe_http(backend.cfg.http),
                               "base_url": url}
@@ -131,8 +131,8 @@ def _probe_one(backend: Any, url: str) -> None:
 
 
 def _send(probe: Any) -> None:
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.prompt_sets import ChatPrompt
+    from dpsynth.backends.generators.prompt_sets import ChatPrompt
+    from dpsynth.backends.http.chat import OpenAIChatGenerator
 
     if isinstance(probe, OpenAIChatGenerator):
         probe.complete([ChatPrompt(user=PROBE_TEXT, length=1)])

@@ -283,6 +283,6 @@ def _max_positions(model) -> int | None:
 
 
 def _slot() -> str:
-    from dpsynth.backends.context_lm import SLOT
+    from dpsynth.backends.generators.context_lm import SLOT
 
     return SLOT

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpsynth.backends import output_cleaning
 from dpsynth.backends.base import BLANK, FAILED, Condition
 from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.output_cleaning import clean_reply
-from dpsynth.backends.prompt_sets import ChatPrompt, PromptSet
-from dpsynth.backends.prompted import PromptedGenerator, same_length
+from dpsynth.backends.generators import output_cleaning
+from dpsynth.backends.generators.output_cleaning import clean_reply
+from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
+from dpsynth.backends.generators.prompted import PromptedGenerator, same_length
 from dpsynth.backends.smollm import weights
 from dpsynth.backends.smollm.engines import Engine, load_engine
 from dpsynth.errors import InputError
@@ -84,7 +84,7 @@ class SmolLMGenerator(PromptedGenerator):
     def context_lm(self):
         """SmolLM2 in float32 torch (the torch engine's model when that engine runs, else
         loaded once from the same weights): DP decoding reads its next-token distributions."""
-        from dpsynth.backends.context_lm import hf_context_lm
+        from dpsynth.backends.generators.context_lm import hf_context_lm
 
         if getattr(self, "_context_lm", None) is None:
             model = getattr(self.engine, "model", None)

@@ -41,7 +41,7 @@ class SmolLMTrainable:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoTokenizer
 
-        from dpsynth.backends.prompt_sets import load_prompt_set
+        from dpsynth.backends.generators.prompt_sets import load_prompt_set
 
         if lora_rank:
             try:

@@ -14,8 +14,8 @@ import numpy as np
 
 from dpsynth.backends.base import BackendError, Embedder
 from dpsynth.backends.config import EmbedderConfig
-from dpsynth.backends.openai_http import OpenAIHttpClient, estimate_tokens
-from dpsynth.backends.prices import price_for
+from dpsynth.backends.http.client import OpenAIHttpClient, estimate_tokens
+from dpsynth.backends.http.prices import price_for
 from dpsynth.errors import ConfigError
 from dpsynth.progress import track
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth.backends.base import Condition, Embedder, Generator
-from dpsynth.backends.pool import PoolGenerator
+from dpsynth.backends.pool.generator import PoolGenerator
 
 
 class EditedPool(Generator):
