@@ -18,9 +18,11 @@ from pydantic import (
 )
 
 from dpsynth.backends.config import BackendsConfig
+from dpsynth.backends.pool.texts import refuse_private_pool
 from dpsynth.data.config import DataConfig
 from dpsynth.data.io import Format
 from dpsynth.errors import ConfigError
+from dpsynth.methods.registry import RECIPES, build_recipe
 from dpsynth.privacy.config import BudgetConfig
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|min|m|s)?", re.IGNORECASE)
@@ -74,8 +76,6 @@ class RecipeConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        from dpsynth.methods.registry import RECIPES  # the one list of recipes
-
         if name not in RECIPES:
             raise ValueError(f"unknown recipe '{name}'; available: {', '.join(RECIPES)}")
         return name
@@ -129,8 +129,6 @@ class RunConfig(BaseModel):
         """Files read as public text are never the private data nor the held-out records: a
         pool's texts can appear verbatim in the output, a tfidf vocabulary is public. (An
         in-memory frame has no path: the run compares its texts with a pool's instead.)"""
-        from dpsynth.backends.pool.texts import refuse_private_pool
-
         private = [("held_out.path", self.held_out.path)] if self.held_out is not None else []
         if str(self.data.path) != "<DataFrame>":  # dpsynth.synthesize on a frame
             private.append(("data.path", self.data.path))
@@ -199,8 +197,6 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
 def _check_recipe_params(config: RunConfig, source: str) -> None:
     """The recipe's own parameter model, checked with the rest of the file, before any data
     is read: an unknown or bad `recipe.params` key names the config file."""
-    from dpsynth.methods.registry import build_recipe
-
     try:
         build_recipe(config.recipe, config.budget.split)
     except ConfigError as exc:

@@ -81,6 +81,11 @@ class Embedder(ABC):
         """Counters for the report (requests, tokens, estimated cost) where they apply."""
         return {}
 
+    def served_by(self) -> Embedder:
+        """The backend that answers this one's requests: itself, or the one a wrapper (a
+        cache) holds. The health check probes and names it."""
+        return self
+
 
 class Generator(ABC):
     """The text operations the recipes need, each batched: one output per input.
@@ -100,6 +105,12 @@ class Generator(ABC):
     def usage(self) -> dict[str, float]:
         """Counters for the report: calls, tokens, failures, estimated cost (where known)."""
         return {}
+
+    def served_by(self) -> Generator:
+        """The backend that answers this one's requests: itself, the one a wrapper (cache,
+        counting, label names) holds, or a pool's remote editor. The health check probes and
+        names it."""
+        return self
 
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         """Summed log-probability of each continuation right after its prompt (in-context

@@ -124,6 +124,9 @@ class CachedGenerator(Generator):
         return {**self.inner.usage(), "cache_hits": float(self.hits),
                 "cache_misses": float(self.misses)}
 
+    def served_by(self) -> Generator:
+        return self.inner.served_by()
+
     def context_lm(self):
         """The inner generator's LM: what its context holds is never cached."""
         return self.inner.context_lm()
@@ -206,6 +209,9 @@ class CachedEmbedder(Embedder):
     def usage(self) -> dict[str, float]:
         return {**self.inner.usage(), "cache_hits": float(self.hits),
                 "cache_misses": float(self.misses)}
+
+    def served_by(self) -> Embedder:
+        return self.inner.served_by()
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         identity = self.inner.identity()

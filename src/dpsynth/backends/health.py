@@ -16,6 +16,9 @@ import logging
 from typing import Any
 
 from dpsynth.backends.base import FAILED, BackendError, Embedder, Generator
+from dpsynth.backends.embedders.openai import OpenAIEmbedder
+from dpsynth.backends.generators.prompt_sets import ChatPrompt
+from dpsynth.backends.http.chat import OpenAIChatGenerator
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +33,14 @@ PROBE_TOKENS = 8
 def check_backends(generator: Generator | None = None, embedder: Embedder | None = None) -> None:
     """Raise `BackendError` unless every remote backend given answers one tiny request."""
     if generator is not None:
-        _probe(_unwrap(generator), "generator")
+        _probe(generator.served_by(), "generator")
     if embedder is not None:
-        _probe(_unwrap(embedder), "embedder")
+        _probe(embedder.served_by(), "embedder")
 
 
 def check_outputs(generator: Generator, op: str, results: list[str]) -> None:
     """Raise `BackendError` when a remote generator failed every output of one call."""
-    inner = _unwrap(generator)
+    inner = generator.served_by()
     if not results or not inner.is_remote or any(r != FAILED for r in results):
         return
     error = last_error(inner) or "the server answered with empty texts"
@@ -49,7 +52,7 @@ def check_outputs(generator: Generator, op: str, results: list[str]) -> None:
 
 def describe(backend: Any) -> str:
     """`backends.generator (openai, http://…/v1, model m)`; never a prompt or a key."""
-    backend = _unwrap(backend)
+    backend = backend.served_by()
     kind = "embedder" if isinstance(backend, Embedder) else "generator"
     cfg, client = getattr(backend, "cfg", None), getattr(backend, "client", None)
     if client is None or cfg is None:
@@ -58,31 +61,13 @@ def describe(backend: Any) -> str:
 
 
 def last_error(backend: Any) -> str | None:
-    client = getattr(_unwrap(backend), "client", None)
+    client = getattr(backend.served_by(), "client", None)
     return getattr(client, "last_error", None)
-
-
-def _unwrap(backend: Any) -> Any:
-    """The backend under the run's counting, caching and label-naming wrappers."""
-    from dpsynth.backends.cache import CachedEmbedder, CachedGenerator
-    from dpsynth.backends.generators.counting import CountingGenerator
-    from dpsynth.backends.generators.label_names import LabelNamedGenerator
-
-    while isinstance(backend, CountingGenerator | CachedGenerator | CachedEmbedder
-                     | LabelNamedGenerator):
-        backend = backend.inner
-    editor = getattr(backend, "editor", None)  # a pool that edits what it retrieves
-    if isinstance(editor, Generator) and editor.is_remote:
-        return _unwrap(editor)
-    return backend
 
 
 def _probe(backend: Any, kind: str) -> None:
     """Probe each of the backend's servers; with several, drop the dead ones with a warning
     and fail only when none answers."""
-    from dpsynth.backends.embedders.openai import OpenAIEmbedder
-    from dpsynth.backends.http.chat import OpenAIChatGenerator
-
     if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
         return
     if getattr(backend.cfg, "dry_run", False):
@@ -102,9 +87,6 @@ def _probe(backend: Any, kind: str) -> None:
 
 
 def _probe_one(backend: Any, url: str) -> None:
-    from dpsynth.backends.embedders.openai import OpenAIEmbedder
-    from dpsynth.backends.http.chat import OpenAIChatGenerator
-
     update: dict[str, Any] = {"concurrency": 1, "http": _probe_http(backend.cfg.http),
                               "base_url": url}
     if isinstance(backend, OpenAIChatGenerator):
@@ -131,9 +113,6 @@ def _probe_one(backend: Any, url: str) -> None:
 
 
 def _send(probe: Any) -> None:
-    from dpsynth.backends.generators.prompt_sets import ChatPrompt
-    from dpsynth.backends.http.chat import OpenAIChatGenerator
-
     if isinstance(probe, OpenAIChatGenerator):
         probe.complete([ChatPrompt(user=PROBE_TEXT, length=1)])
     else:

@@ -39,6 +39,9 @@ class CountingGenerator(Generator):
         return {**self.inner.usage(), **{f"outputs_{op}": n for op, n in self.outputs.items()},
                 "outputs": sum(self.outputs.values()), "outputs_failed": self.failed}
 
+    def served_by(self) -> Generator:
+        return self.inner.served_by()
+
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         return self.inner.score(prompts, continuations)
 

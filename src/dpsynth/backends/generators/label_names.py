@@ -41,6 +41,9 @@ class LabelNamedGenerator(Generator):
     def usage(self) -> dict[str, float]:
         return self.inner.usage()
 
+    def served_by(self) -> Generator:
+        return self.inner.served_by()
+
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         return self.inner.score(prompts, continuations)
 

@@ -39,6 +39,10 @@ class EditedPool(Generator):
     def usage(self) -> dict[str, float]:
         return {**self.pool.usage(), **{f"edit_{k}": v for k, v in self.editor.usage().items()}}
 
+    def served_by(self) -> Generator:
+        """The editor where it is remote: the server whose health decides this pool's."""
+        return self.editor.served_by() if self.editor.is_remote else self
+
     def state_dict(self) -> dict[str, Any]:
         """Both parts' sampling positions, for checkpoints."""
         return {"pool": self.pool.state_dict(),
