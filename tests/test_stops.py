@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dpsynth.backends.base import BackendError
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import OpenAIChatConfig, OpenAIEmbeddingsConfig
 from dpsynth.backends.factory import build_generator
 from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.cli import main
@@ -42,8 +42,8 @@ def privacy(folder):
 
 
 def openai(url, **http):
-    return build_generator(GeneratorConfig(
-        name="openai", base_url=url, model="loopback", concurrency=4,
+    return build_generator(OpenAIChatConfig(
+        base_url=url, model="loopback", concurrency=4,
         http={"max_retries": 1, "backoff_s": 0.01, "max_backoff_s": 0.02, **http}))
 
 
@@ -401,11 +401,10 @@ def test_a_refused_model_is_named_at_the_health_check(tmp_path, tickets):
 
 
 def test_a_dead_remote_embedder_is_caught_before_any_release(tmp_path, tickets):
-    from dpsynth.backends.config import EmbedderConfig
     from dpsynth.backends.factory import build_embedder
 
-    embedder = build_embedder(EmbedderConfig(
-        name="openai", model="e", base_url=f"http://127.0.0.1:{free_port()}/v1",
+    embedder = build_embedder(OpenAIEmbeddingsConfig(
+        model="e", base_url=f"http://127.0.0.1:{free_port()}/v1",
         http={"max_retries": 1, "backoff_s": 0.01}))
     with pytest.raises(BackendError, match=r"backends\.embedder \(openai, .*cannot answer: "
                                            r"connection error"):

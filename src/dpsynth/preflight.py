@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dpsynth import sizing
+from dpsynth.backends.config import TfidfConfig
 from dpsynth.config import RunConfig
 from dpsynth.data import PrivateDataset, load_private
 from dpsynth.data.load import units_text
@@ -112,10 +113,8 @@ def _refuse_fit_texts_of_private_texts(config: RunConfig, data: PrivateDataset) 
     before anything is released."""
     from dpsynth.backends.embedders.tfidf import read_public_texts
 
-    generator = config.backends.generator
-    for field, embedder in (("backends.embedder", config.backends.embedder),
-                            ("backends.generator.embedder", generator.embedder)):
-        if embedder.name != "tfidf" or embedder.fit_texts is None:
+    for field, embedder in config.backends.embedders():
+        if not isinstance(embedder, TfidfConfig) or embedder.fit_texts is None:
             continue
         path = config._resolved(embedder.fit_texts)
         if data.mostly_within(read_public_texts(path, embedder.fit_text_column)):

@@ -22,7 +22,7 @@ import pandas as pd
 
 from dpsynth.backends import Embedder, Generator, build_embedder, build_generator
 from dpsynth.backends.base import UnusedGenerator
-from dpsynth.backends.config import REMOTE_EMBEDDING_ASSUMPTION, GeneratorConfig
+from dpsynth.backends.config import REMOTE_EMBEDDING_ASSUMPTION, GeneratorConfig, SmolLMConfig
 from dpsynth.backends.generators.counting import CountingGenerator
 from dpsynth.backends.generators.label_names import with_label_names
 from dpsynth.backends.health import check_backends
@@ -162,7 +162,7 @@ def _run(config: RunConfig, run_plan: RunPlan, journal: Journal, ledger: Privacy
     generator = CountingGenerator(with_label_names(generator, config.data.label_names))
     if run_plan.recipe.uses_backend_generator:
         check_backends(generator=generator)  # before loading the embedder: fail fast
-    elif backends.generator != GeneratorConfig():
+    elif backends.generator != SmolLMConfig():
         log.warning("%s samples the LM it fine-tunes with DP: backends.generator is not used",
                     config.recipe.name)
     embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth.backends.base import BackendError
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import HFConfig
 from dpsynth.backends.fingerprint import folder_digest
 from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
 from dpsynth.backends.generators.prompted import PromptedGenerator
@@ -30,7 +30,7 @@ class HFGenerator(PromptedGenerator):
     is_remote = False
 
     def __init__(self, model_path: str | Path, prompts: PromptSet,
-                 cfg: GeneratorConfig) -> None:
+                 cfg: HFConfig) -> None:
         super().__init__(prompts)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:

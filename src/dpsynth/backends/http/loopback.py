@@ -241,11 +241,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     responder = None
     if args.model:
-        from dpsynth.backends.config import GeneratorConfig
+        from dpsynth.backends.config import HFConfig
         from dpsynth.backends.generators.hf import HFGenerator
         from dpsynth.backends.generators.prompt_sets import load_prompt_set
 
-        cfg = GeneratorConfig(name="hf", model=args.model)
+        cfg = HFConfig(model=args.model)
         responder = model_responder(HFGenerator(args.model, load_prompt_set("generic"), cfg))
     server = LoopbackServer(latency_s=args.latency, embedding_dim=args.dim, port=args.port,
                             responder=responder)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsynth.backends.base import BLANK, FAILED, Condition
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import SmolLMConfig
 from dpsynth.backends.generators import output_cleaning
 from dpsynth.backends.generators.output_cleaning import clean_reply
 from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
@@ -51,7 +51,7 @@ class SmolLMGenerator(PromptedGenerator):
 
     is_remote = False
 
-    def __init__(self, prompts: PromptSet, cfg: GeneratorConfig,
+    def __init__(self, prompts: PromptSet, cfg: SmolLMConfig,
                  engine: Engine | None = None) -> None:
         super().__init__(prompts)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
