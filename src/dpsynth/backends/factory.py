@@ -1,4 +1,5 @@
-"""Build backends by name from the config: adding a backend is one entry here and a new file.
+"""Build backends by name from the config: adding a backend is a new file, its config model
+in `backends/config.py` (a member of the union of its kind) and one entry here.
 
 A builder takes the config section, with its relative paths already read against `base_dir`
 (the config file's folder). `build_*` wraps the result in the content cache when the section

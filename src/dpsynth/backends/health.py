@@ -50,19 +50,20 @@ def check_outputs(generator: Generator, op: str, results: list[str]) -> None:
         "resume")
 
 
-def describe(backend: Any) -> str:
+def describe(backend: Generator | Embedder) -> str:
     """`backends.generator (openai, http://…/v1, model m)`; never a prompt or a key."""
     backend = backend.served_by()
     kind = "embedder" if isinstance(backend, Embedder) else "generator"
-    cfg, client = getattr(backend, "cfg", None), getattr(backend, "client", None)
-    if client is None or cfg is None:
+    if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
         return f"backends.{kind} ({type(backend).__name__})"
-    return f"backends.{kind} (openai, {client.base_url}, model {cfg.model})"
+    return f"backends.{kind} (openai, {backend.client.base_url}, model {backend.cfg.model})"
 
 
-def last_error(backend: Any) -> str | None:
-    client = getattr(backend.served_by(), "client", None)
-    return getattr(client, "last_error", None)
+def last_error(backend: Generator | Embedder) -> str | None:
+    backend = backend.served_by()
+    if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
+        return None
+    return backend.client.last_error
 
 
 def _probe(backend: Any, kind: str) -> None:
@@ -70,7 +71,7 @@ def _probe(backend: Any, kind: str) -> None:
     and fail only when none answers."""
     if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
         return
-    if getattr(backend.cfg, "dry_run", False):
+    if isinstance(backend, OpenAIChatGenerator) and backend.cfg.dry_run:
         return  # a dry run sends nothing
     urls = backend.client.base_urls
     live = []

@@ -45,13 +45,11 @@ class EditedPool(Generator):
 
     def state_dict(self) -> dict[str, Any]:
         """Both parts' sampling positions, for checkpoints."""
-        return {"pool": self.pool.state_dict(),
-                "edit": self.editor.state_dict() if hasattr(self.editor, "state_dict") else {}}
+        return {"pool": self.pool.state_dict(), "edit": self.editor.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pool.load_state_dict(state["pool"])
-        if hasattr(self.editor, "load_state_dict"):
-            self.editor.load_state_dict(state["edit"])
+        self.editor.load_state_dict(state["edit"])
 
     def stored_embeddings(self, texts: Sequence[str], embedder: Embedder
                           ) -> dict[str, np.ndarray]:

@@ -26,7 +26,7 @@ from dpsynth.backends.generators.output_cleaning import clean_reply
 from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
 from dpsynth.backends.generators.prompted import PromptedGenerator, same_length
 from dpsynth.backends.smollm import weights
-from dpsynth.backends.smollm.engines import Engine, load_engine
+from dpsynth.backends.smollm.engines import Engine, TorchEngine, load_engine
 from dpsynth.errors import InputError
 from dpsynth.progress import track
 
@@ -66,6 +66,7 @@ class SmolLMGenerator(PromptedGenerator):
         self.engine = engine or load_engine(cfg.engine, cfg.threads)
         self._seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
         self._batches = 0
+        self._context_lm = None  # loaded on first use
         self._counts = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "resampled": 0}
 
     def __repr__(self) -> str:
@@ -86,12 +87,11 @@ class SmolLMGenerator(PromptedGenerator):
         loaded once from the same weights): DP decoding reads its next-token distributions."""
         from dpsynth.backends.generators.context_lm import hf_context_lm
 
-        if getattr(self, "_context_lm", None) is None:
-            model = getattr(self.engine, "model", None)
-            if getattr(self.engine, "name", "") != "torch-float32":
-                model = None
+        if self._context_lm is None:
+            torch_model = (self.engine.model if isinstance(self.engine, TorchEngine)
+                           and self.engine.name == "torch-float32" else None)
             self._context_lm = hf_context_lm(weights.hf_folder(), "SmolLM2-135M-Instruct:"
-                                             + weights.gguf_digest(), model)
+                                             + weights.gguf_digest(), torch_model)
         return self._context_lm
 
     def state_dict(self) -> dict[str, int]:
