@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.backends import Condition, build_embedder
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import MiniLMConfig
 from dpsynth.backends.offline.generator import OfflineGenerator
 from dpsynth.evaluate import read_text_table
 from dpsynth.methods.parts.topics import TopicModel
@@ -64,7 +64,7 @@ def main() -> None:
 
     from sklearn.linear_model import LogisticRegression
 
-    embedder = build_embedder(EmbedderConfig(name="minilm"))
+    embedder = build_embedder(MiniLMConfig())
     train = read_text_table(args.data / "train.csv", require_labels=True)
     names = sorted(set(train.labels))
     labels = np.array(train.labels)

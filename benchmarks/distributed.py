@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from dpsynth.backends import build_embedder  # noqa: E402
-from dpsynth.backends.config import EmbedderConfig, ExecutorConfig  # noqa: E402
+from dpsynth.backends.config import ExecutorConfig, TfidfConfig  # noqa: E402
 from dpsynth.backends.ray_cluster import ray_session  # noqa: E402
 from dpsynth.data import PrivateDataset  # noqa: E402
 from dpsynth.private.engine.nearest import private_voters  # noqa: E402
@@ -127,7 +127,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         fit = Path(folder) / "public.txt"
         fit.write_text("\n".join(t.replace("\n", " ") for t in public), encoding="utf-8")
-        cfg = EmbedderConfig(name="tfidf", fit_texts=fit, dim=256)
+        cfg = TfidfConfig(fit_texts=fit, dim=256)
         embedder = build_embedder(cfg)
         candidates = embedder.encode(public)
         centroids = candidates[: args.topics]

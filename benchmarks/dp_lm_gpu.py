@@ -48,7 +48,7 @@ def plan(facts: Facts, epsilon: float, steps: int, batch: int, lora_rank: int):
 def sample(model, lm, tokenizer, conditions, device, seed, batch=250, max_new_tokens=128):
     import torch
 
-    from dpsynth.backends.output_cleaning import clean_reply
+    from dpsynth.backends.generators.output_cleaning import clean_reply
 
     torch.manual_seed(seed)
     model.eval()

@@ -41,7 +41,7 @@ import pandas as pd
 
 from dpsynth.backends import build_embedder, build_generator
 from dpsynth.backends.base import Condition
-from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
+from dpsynth.backends.config import MiniLMConfig, PoolConfig, parse_generator
 from dpsynth.evaluate.downstream import downstream_classification
 from dpsynth.methods.eda import Eda
 from dpsynth.methods.parts.gaussian import estimate
@@ -52,7 +52,7 @@ DATA = ROOT.parent / "shared" / "data"
 
 def main() -> None:
     args = _parse()
-    embedder = build_embedder(EmbedderConfig(name="minilm"))
+    embedder = build_embedder(MiniLMConfig())
     train = pd.read_csv(DATA / args.dataset / "train.csv")
     test = pd.read_csv(DATA / args.dataset / "test.csv").sample(args.test_size, random_state=0)
     private = _cached(Path(args.cache) / f"{args.dataset}-train.npy",
@@ -60,11 +60,11 @@ def main() -> None:
     test_x = embedder.encode_uncached(test["text"].tolist())
     labels = sorted(train["label"].unique())
     majority = float(test["label"].value_counts(normalize=True).max())
-    generator = build_generator(GeneratorConfig(name=args.generator, seed=0,
-                                                threads=args.threads))
+    generator = build_generator(parse_generator({"name": args.generator, "seed": 0,
+                                                 "threads": args.threads}))
     rows = []
     for seed in args.seeds:
-        pool = build_generator(GeneratorConfig(name="pool", seed=seed))
+        pool = build_generator(PoolConfig(seed=seed))
         targets, public = _evolve(args, seed, labels, pool, embedder, private,
                                   train["label"].to_numpy())
         y = [g for g in labels for _ in range(args.per_label)]

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from dpsynth.backends import build_embedder
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import MiniLMConfig
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.config import parse_config
 from dpsynth.evaluate.fidelity import wasserstein_distance
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     args = _parse()
     run_dir, train, test = _existing(Path(args.run)) if args.run else _fresh(args)
-    embedder = build_embedder(EmbedderConfig(name="minilm"))
+    embedder = build_embedder(MiniLMConfig())
     private = embedder.encode(train["text"].tolist())
     params = EdaParams(**json.loads((run_dir / "config.json").read_text())["recipe"]["params"])
 

@@ -52,7 +52,7 @@ def _timed(fn) -> float:
 
 def prompts(tokenizer, n: int) -> list[list[int]]:
     from dpsynth.backends.base import Condition
-    from dpsynth.backends.prompt_sets import load_prompt_set
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
 
     prompt_set = load_prompt_set("generic")
     out = []

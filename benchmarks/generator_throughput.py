@@ -15,7 +15,7 @@ import sys
 import time
 
 from dpsynth.backends import Condition, build_generator
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import OpenAIChatConfig
 
 CONCURRENCIES = (1, 8, 32)
 REQUIRED_RATIO_AT_32 = 0.90
@@ -23,7 +23,7 @@ REQUIRED_RATIO_AT_32 = 0.90
 
 def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsynth.backends.loopback", "--port", "0",
+        [sys.executable, "-m", "dpsynth.backends.http.loopback", "--port", "0",
          "--latency", str(latency)], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("serving "):
@@ -34,8 +34,8 @@ def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
 
 def measure(url: str, concurrency: int, rounds: int) -> tuple[int, float, int]:
     """Completed requests, wall seconds and failures for rounds x concurrency requests."""
-    gen = build_generator(GeneratorConfig(name="openai", base_url=url, model="loopback",
-                                          concurrency=concurrency, max_tokens=64))
+    gen = build_generator(OpenAIChatConfig(base_url=url, model="loopback",
+                                           concurrency=concurrency, max_tokens=64))
     gen.generate([Condition(label="warm-up")] * concurrency)  # open the connections
     conditions = [Condition(label=f"label {i}", length=20) for i in range(rounds * concurrency)]
     start = time.perf_counter()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.backends import Condition, build_embedder, build_generator
-from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
+from dpsynth.backends.config import MiniLMConfig, parse_generator
 from dpsynth.data import PrivateDataset
 from dpsynth.evaluate import read_text_table
 from dpsynth.methods.kd_tutor import KdTutor, KdTutorParams
@@ -51,14 +51,14 @@ def main(argv: list[str] | None = None) -> None:
     heldout_private = texts[args.n_private: args.n_private + args.n_heldout]
     labels = sorted(set(train.labels))
 
-    generator = build_generator(GeneratorConfig(name=args.generator, seed=args.seed))
+    generator = build_generator(parse_generator({"name": args.generator, "seed": args.seed}))
     n_public = args.n_negatives + args.n_queries + args.n_heldout
     public = [t for t in generator.generate(
         [Condition(label=labels[i % len(labels)]) for i in range(n_public)]) if t.strip()]
     negatives, rest = public[: args.n_negatives], public[args.n_negatives:]
     queries, heldout_public = rest[: args.n_queries], rest[args.n_queries:]
 
-    embedder = build_embedder(EmbedderConfig(name="minilm"))
+    embedder = build_embedder(MiniLMConfig())
     emb = {name: embedder.encode(t) for name, t in (
         ("private", private_texts), ("negatives", negatives), ("queries", queries),
         ("heldout_private", heldout_private), ("heldout_public", heldout_public))}

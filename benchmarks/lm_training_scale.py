@@ -37,11 +37,11 @@ from dpsynth.evaluate import read_text_table
 
 def prepare(datasets: list[str], data_root: Path, out: Path, embedder_name: str) -> None:
     from dpsynth.backends import build_embedder
-    from dpsynth.backends.config import EmbedderConfig
+    from dpsynth.backends.config import parse_embedder
     from dpsynth.methods.parts.topics import TopicModel
     from dpsynth.private.engine.nearest import nearest_indices
 
-    embedder = build_embedder(EmbedderConfig(name=embedder_name))
+    embedder = build_embedder(parse_embedder({"name": embedder_name}))
     topics = TopicModel.load(Path(__file__).resolve().parents[1] / "src/dpsynth/assets/topics")
     for name in datasets:
         folder = out / name

@@ -102,7 +102,7 @@ class Memory:
 
 def measure(csv: Path, n_candidates: int, n_labels: int, n_fit: int) -> list[dict]:
     """Time and memory of each stage on one private set (run in a fresh process)."""
-    from dpsynth.backends.tfidf import TfidfEmbedder
+    from dpsynth.backends.embedders.tfidf import TfidfEmbedder
     from dpsynth.data import DataConfig, load_private
     from dpsynth.data.scratch import IN_MEMORY_BYTES
     from dpsynth.privacy import PrivacyLedger, SubsampledGaussianHistogram

@@ -29,10 +29,10 @@ def main() -> None:
     import pandas as pd
 
     from dpsynth.backends import build_embedder
-    from dpsynth.backends.config import EmbedderConfig
+    from dpsynth.backends.config import MiniLMConfig
     from dpsynth.evaluate.downstream import downstream_classification
 
-    embedder = build_embedder(EmbedderConfig())
+    embedder = build_embedder(MiniLMConfig())
     test = pd.read_csv(args.test)
     if args.test_size:
         test = test.sample(args.test_size, random_state=0)

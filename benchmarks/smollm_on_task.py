@@ -122,14 +122,14 @@ def main() -> None:
     parser.add_argument("--top-p", type=float, default=None)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from dpsynth.backends.config import GeneratorConfig
-    from dpsynth.backends.prompt_sets import load_prompt_set
+    from dpsynth.backends.config import SmolLMConfig
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
     from dpsynth.backends.smollm.generator import SmolLMGenerator
 
     print(f"load at start: {os.getloadavg()}", flush=True)
     data = inputs(args.n, random.Random(args.seed))
-    cfg = GeneratorConfig(name="smollm", seed=args.seed, temperature=args.temperature,
-                          top_p=args.top_p)
+    cfg = SmolLMConfig(seed=args.seed, temperature=args.temperature,
+                       top_p=args.top_p)
     shipped = SmolLMGenerator(load_prompt_set(cfg.prompt_set()), cfg)
     generic = load_prompt_set("generic")
     old = cfg.model_copy(update={"temperature": 1.0, "top_p": 1.0})  # hf's defaults

@@ -41,7 +41,7 @@ import yaml
 
 from dpsynth.backends import Condition, build_embedder, build_generator
 from dpsynth.backends.base import Embedder
-from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
+from dpsynth.backends.config import parse_embedder, parse_generator
 from dpsynth.errors import DpsynthError
 from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text_table
 from dpsynth.evaluate.next_token import NextTokenConfig
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     train = read_text_table(data / "train.csv", require_labels=True)
     test = _sample(read_text_table(data / "test.csv", require_labels=True), args.test_size, 0)
     labels = sorted(set(train.labels or []))  # a public benchmark: its published label set
-    embedder = build_embedder(EmbedderConfig(name=args.embedder))
+    embedder = build_embedder(parse_embedder({"name": args.embedder}))
     config = EvalConfig(seed=0, max_samples=args.n_synthetic, mauve=not args.no_mauve,
                         classifier=args.classifier,
                         next_token=NextTokenConfig(steps=args.next_token_steps)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
 def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) -> Produced:
     """n texts conditioned on the (public) label names only, balanced across labels."""
     try:
-        generator = build_generator(GeneratorConfig(**_generator(args), seed=seed))
+        generator = build_generator(parse_generator({**_generator(args), "seed": seed}))
     except DpsynthError as exc:
         raise NotAvailable(str(exc)) from None
     labels = sorted(set(train.labels or []))
@@ -193,13 +193,19 @@ def _generator(args: argparse.Namespace) -> dict:
     if name != "pool":
         if args.edit:
             raise SystemExit("--edit applies to --generator pool only")
-        return {"name": name, "model": args.generator_model, "cache": args.generator_cache}
+        cache = {"cache": args.generator_cache} if args.generator_cache else {}
+        return {"name": name} | _model(args) | cache
     pool: dict = {"name": "pool", "max_texts": args.pool_max_texts}
     if path:
         pool["path"] = str(Path(path).resolve())
     if args.edit:
-        pool["edit"] = {"name": args.edit, "model": args.generator_model}
+        pool["edit"] = {"name": args.edit} | _model(args)
     return pool
+
+
+def _model(args: argparse.Namespace) -> dict:
+    """`model:` where one is given: smollm and pool sections have no such key."""
+    return {"model": args.generator_model} if args.generator_model else {}
 
 
 def _recipe_runner(recipe: str, epsilon: float, data: Path, labels: list[str],

@@ -97,12 +97,12 @@ def main() -> None:
 def embed(pool: Path) -> None:
     """Store the pool's embeddings beside it, as the pool generator would on first use."""
     from dpsynth.backends import build_embedder
-    from dpsynth.backends.config import EmbedderConfig
-    from dpsynth.backends.pool import PoolGenerator
+    from dpsynth.backends.config import MiniLMConfig
+    from dpsynth.backends.pool.generator import PoolGenerator
 
     for stale in pool.parent.glob(f"{pool.name}.emb-*.npy"):
         stale.unlink()
-    generator = PoolGenerator(pool, build_embedder(EmbedderConfig()))
+    generator = PoolGenerator(pool, build_embedder(MiniLMConfig()))
     print(f"embedded {generator.usage()['pool_texts_embedded']:,} texts")
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from dpsynth.backends import build_embedder
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import MiniLMConfig
 from dpsynth.data.public_text import PUBLIC_SOURCES, public_paragraphs
 from dpsynth.methods.parts.topics import build_topic_model
 
@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     start = time.perf_counter()
     texts = public_paragraphs(args.shared, args.paragraphs, args.seed)
-    embeddings = build_embedder(EmbedderConfig(name="minilm", batch_size=128)).encode(
+    embeddings = build_embedder(MiniLMConfig(batch_size=128)).encode(
         [" ".join(t.split()[: args.max_words]) for t in texts])
     model = build_topic_model(texts, embeddings, args.topics, args.seed)
     model.meta.update({"sources": list(PUBLIC_SOURCES), "paragraphs": len(texts),

@@ -161,14 +161,14 @@ def write_tickets(path: Path, records: list[dict[str, str]]) -> None:
 
 def write_forum(path: Path, posts: list[str]) -> None:
     """The pool and its MiniLM embeddings, stored where the pool generator looks for them."""
-    from dpsynth.backends.config import EmbedderConfig
+    from dpsynth.backends.config import MiniLMConfig
     from dpsynth.backends.factory import build_embedder
-    from dpsynth.backends.pool import PoolGenerator
+    from dpsynth.backends.pool.generator import PoolGenerator
 
     path.write_text("\n".join(posts) + "\n", encoding="utf-8")
     for old in path.parent.glob(f"{path.name}.emb-*.npy"):
         old.unlink()
-    PoolGenerator(path, build_embedder(EmbedderConfig()))
+    PoolGenerator(path, build_embedder(MiniLMConfig()))
     print(f"wrote {len(posts)} public posts and their embeddings to {path}")
 
 

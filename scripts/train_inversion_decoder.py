@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.backends import build_embedder
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import MiniLMConfig
 from dpsynth.backends.offline import format as fmt
 from dpsynth.backends.offline.inversion import (
     InversionDecoder,
@@ -51,7 +51,7 @@ def prepare(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed + 1)
     held = rng.sample(held, min(HELDOUT, len(held)))
     train = rng.sample(train, min(args.sentences, len(train)))
-    embedder = build_embedder(EmbedderConfig(name="minilm", batch_size=128))
+    embedder = build_embedder(MiniLMConfig(batch_size=128))
     CACHE.mkdir(parents=True, exist_ok=True)
     for name, texts in (("train", train), ("heldout", held)):
         np.save(CACHE / f"{name}.npy", embedder.encode(texts))
@@ -139,7 +139,7 @@ def evaluate(args: argparse.Namespace) -> None:
 
     texts = json.loads((CACHE / "heldout.json").read_text(encoding="utf-8"))[: args.n]
     emb = np.load(CACHE / "heldout.npy")[: args.n]
-    embedder = build_embedder(EmbedderConfig(name="minilm", batch_size=128))
+    embedder = build_embedder(MiniLMConfig(batch_size=128))
     start = time.perf_counter()
     decoded = InversionDecoder(args.out).decode_closest(emb, embedder, args.samples)
     seconds = time.perf_counter() - start

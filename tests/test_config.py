@@ -136,6 +136,39 @@ def test_files_read_as_public_are_neither_the_private_data_nor_the_held_out(tmp_
         parse_config(raw, "run.yaml", base_dir=tmp_path)
 
 
+def test_a_key_of_another_backend_names_the_key_and_both_backends():
+    """Each backend section takes its own keys (a discriminated union on `name`)."""
+    raw = {**BASE, "backends": {"generator": {"name": "offline", "engine": "ct2-float32"}}}
+    with pytest.raises(ConfigError, match=r"run\.yaml: backends\.generator: engine is a key of "
+                                          r"the smollm generator, not of offline$"):
+        parse_config(raw, "run.yaml")
+    raw = {**BASE, "backends": {"embedder": {"name": "tfidf", "concurrency": 2}}}
+    with pytest.raises(ConfigError, match=r"backends\.embedder: concurrency is a key of the "
+                                          r"openai embedder, not of tfidf"):
+        parse_config(raw)
+    raw = {**BASE, "backends": {"generator": {"name": "pool", "edit": {"name": "hf",
+                                                                       "int8": True}}}}
+    with pytest.raises(ConfigError, match=r"backends\.generator\.edit: int8 is a key of the "
+                                          r"offline generator, not of hf"):
+        parse_config(raw)
+    with pytest.raises(ConfigError, match=r"backends\.generator\.name: 'gpt' is not one of "
+                                          r"'smollm', 'offline', 'openai', 'hf', 'pool'"):
+        parse_config({**BASE, "backends": {"generator": {"name": "gpt"}}})
+    with pytest.raises(ConfigError, match=r"backends\.generator\.temperature: Input should be "
+                                          r"greater than or equal to 0"):  # no backend name
+        parse_config({**BASE, "backends": {"generator": {"temperature": -1}}})
+
+
+def test_a_section_without_a_name_is_the_default_backends():
+    backends = parse_config({**BASE, "backends": {"generator": {"seed": 3},
+                                                  "embedder": {"batch_size": 8}}}).backends
+    assert (backends.generator.name, backends.generator.temperature) == ("smollm", 0.7)
+    assert (backends.embedder.name, backends.embedder.batch_size) == ("minilm", 8)
+    edit = parse_config({**BASE, "backends": {"generator": {"name": "pool", "edit": "hf"}}}
+                        ).backends.generator.edit
+    assert (edit.name, edit.temperature, edit.prompt_set()) == ("hf", 1.0, "generic")
+
+
 def test_a_prompt_set_name_that_is_not_built_in_is_a_config_error():
     """Found by `dpsynth plan`, not when an openai generator is built (or never, offline)."""
     raw = {**BASE, "backends": {"generator": {"prompts": "classification"}}}

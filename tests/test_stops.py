@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from dpsynth.backends.base import BackendError
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import OpenAIChatConfig, OpenAIEmbeddingsConfig
 from dpsynth.backends.factory import build_generator
-from dpsynth.backends.loopback import LoopbackServer
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.cli import main
 from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_texts
@@ -42,8 +42,8 @@ def privacy(folder):
 
 
 def openai(url, **http):
-    return build_generator(GeneratorConfig(
-        name="openai", base_url=url, model="loopback", concurrency=4,
+    return build_generator(OpenAIChatConfig(
+        base_url=url, model="loopback", concurrency=4,
         http={"max_retries": 1, "backoff_s": 0.01, "max_backoff_s": 0.02, **http}))
 
 
@@ -247,6 +247,10 @@ def test_a_held_out_section_added_to_a_finished_run_scores_it_and_releases_nothi
     done = json.loads(marker.read_text())  # keys added since (None by default), with one
     del done["config"]["data"]["label_names"]  # removed since
     done["config"]["data"]["min_examples_per_label"] = 2
+    # and, before per-backend configs, every backend's keys in each backend section
+    done["config"]["backends"]["generator"] |= {"concurrency": 8, "max_texts": 10000,
+                                                "http": {"timeout_s": 60.0}}
+    done["config"]["backends"]["embedder"] |= {"batch_size": 64, "concurrency": 4}
     marker.write_text(json.dumps(done))
     texts, labels = ticket_texts(40, seed=9)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "held.csv", index=False)
@@ -401,11 +405,10 @@ def test_a_refused_model_is_named_at_the_health_check(tmp_path, tickets):
 
 
 def test_a_dead_remote_embedder_is_caught_before_any_release(tmp_path, tickets):
-    from dpsynth.backends.config import EmbedderConfig
     from dpsynth.backends.factory import build_embedder
 
-    embedder = build_embedder(EmbedderConfig(
-        name="openai", model="e", base_url=f"http://127.0.0.1:{free_port()}/v1",
+    embedder = build_embedder(OpenAIEmbeddingsConfig(
+        model="e", base_url=f"http://127.0.0.1:{free_port()}/v1",
         http={"max_retries": 1, "backoff_s": 0.01}))
     with pytest.raises(BackendError, match=r"backends\.embedder \(openai, .*cannot answer: "
                                            r"connection error"):
@@ -415,7 +418,7 @@ def test_a_dead_remote_embedder_is_caught_before_any_release(tmp_path, tickets):
 
 
 def test_a_pools_dead_remote_editor_is_caught_before_any_release(tmp_path, tickets):
-    from dpsynth.backends.pool_edit import EditedPool
+    from dpsynth.backends.pool.edit import EditedPool
 
     port = free_port()
     generator = EditedPool(RecordingGenerator(), openai(f"http://127.0.0.1:{port}/v1"), 0.3)

@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 import yaml
 
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import SmolLMConfig
 from dpsynth.cli import main
 from dpsynth.timing import Throughput, describe, measure
 from tests.methods.fakes import RecordingGenerator, ticket_texts
@@ -38,7 +38,7 @@ def slow(monkeypatch):
 
 
 def test_the_rate_is_measured_on_one_batch_without_the_cache(slow, tmp_path):
-    cfg = GeneratorConfig(cache=tmp_path / "gen.sqlite", batch_size=16)
+    cfg = SmolLMConfig(cache=tmp_path / "gen.sqlite", batch_size=16)
     rate = measure(cfg, None, "billing")
     assert rate.batch == 16 and rate.words == 30
     assert 0.02 <= rate.seconds_per_output < 0.06
@@ -85,7 +85,7 @@ def test_the_timed_conditions_are_public(slow, tmp_path, capsys, monkeypatch):
 
 
 def test_a_dry_run_gets_no_estimate(slow, tmp_path, capsys):
-    main(["plan", _config(tmp_path, dry_run=True), "--estimate-time"])
+    main(["plan", _config(tmp_path, name="openai", model="m", dry_run=True), "--estimate-time"])
     assert "dry run" in capsys.readouterr().out and not slow.built
 
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dpsynth import __version__
+from dpsynth.backends.config import OpenAIChatConfig
 from dpsynth.config import RecipeConfig, RunConfig, load_config
 from dpsynth.errors import ConfigError, DpsynthError, InputError, Interrupted
 from dpsynth.examples import EXAMPLE_CONFIG
@@ -136,7 +137,7 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
     elif not measure:
         out.print("[dim]time estimate: `dpsynth plan --estimate-time` times one small batch "
                   "of the generator; `--time 15m` lowers the sizes to fit a time[/dim]")
-    elif cfg.backends.generator.dry_run:
+    elif isinstance(cfg.backends.generator, OpenAIChatConfig) and cfg.backends.generator.dry_run:
         out.print("time estimate: none, the generator is a dry run and sends nothing")
     elif total:
         labels = run_plan.data.label_names  # the public label set, never a record

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from pydantic import (
     model_validator,
 )
 
-from dpsynth.backends.config import BackendsConfig
+from dpsynth.backends.config import BackendsConfig, PoolConfig, TfidfConfig
+from dpsynth.backends.pool.texts import refuse_private_pool
 from dpsynth.data.config import DataConfig
 from dpsynth.data.io import Format
 from dpsynth.errors import ConfigError
+from dpsynth.methods.registry import RECIPES, build_recipe
 from dpsynth.privacy.config import BudgetConfig
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|min|m|s)?", re.IGNORECASE)
@@ -74,8 +77,6 @@ class RecipeConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        from dpsynth.methods.registry import RECIPES  # the one list of recipes
-
         if name not in RECIPES:
             raise ValueError(f"unknown recipe '{name}'; available: {', '.join(RECIPES)}")
         return name
@@ -129,18 +130,15 @@ class RunConfig(BaseModel):
         """Files read as public text are never the private data nor the held-out records: a
         pool's texts can appear verbatim in the output, a tfidf vocabulary is public. (An
         in-memory frame has no path: the run compares its texts with a pool's instead.)"""
-        from dpsynth.backends.pool_texts import refuse_private_pool
-
         private = [("held_out.path", self.held_out.path)] if self.held_out is not None else []
         if str(self.data.path) != "<DataFrame>":  # dpsynth.synthesize on a frame
             private.append(("data.path", self.data.path))
         generator = self.backends.generator
         public = [("backends.generator.path", generator.path)] if (
-            generator.name == "pool" and generator.path is not None) else []
-        public += [(f"{name}.fit_texts", embedder.fit_texts) for name, embedder in
-                   (("backends.embedder", self.backends.embedder),
-                    ("backends.generator.embedder", generator.embedder))
-                   if embedder.fit_texts is not None]
+            isinstance(generator, PoolConfig) and generator.path is not None) else []
+        public += [(f"{name}.fit_texts", embedder.fit_texts)
+                   for name, embedder in self.backends.embedders()
+                   if isinstance(embedder, TfidfConfig) and embedder.fit_texts is not None]
         for field, path in public:
             for private_field, private_path in private:
                 refuse_private_pool(self._resolved(path), self._resolved(private_path), field,
@@ -199,8 +197,6 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
 def _check_recipe_params(config: RunConfig, source: str) -> None:
     """The recipe's own parameter model, checked with the rest of the file, before any data
     is read: an unknown or bad `recipe.params` key names the config file."""
-    from dpsynth.methods.registry import build_recipe
-
     try:
         build_recipe(config.recipe, config.budget.split)
     except ConfigError as exc:
@@ -238,10 +234,37 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"])
+        where = _key_path(error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key")
+        elif error["type"] == "union_tag_invalid":  # a backend name no backend has
+            lines.append(f"{where}.name: '{error['ctx']['tag']}' is not one of "
+                         f"{error['ctx']['expected_tags']}")
         else:  # a check of the whole config names its own keys in its message
             lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    """The keys of an error's location. Pydantic's location also holds the branch a tagged
+    union took (the backend a `backends` section names), which is no key of the file."""
+    keys: list[str] = []
+    models: list[type[BaseModel]] = [RunConfig]
+    for part in loc:
+        branches = {m.model_fields["name"].default: m for m in models
+                    if len(models) > 1 and "name" in m.model_fields}
+        if part in branches:
+            models = [branches[part]]
+            continue
+        keys.append(str(part))
+        models = [inner for model in models if part in model.model_fields
+                  for inner in _models(model.model_fields[part].annotation)]
+    return ".".join(keys)
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field's annotation holds: itself, a union's members, or none."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in typing.get_args(annotation) for model in _models(arg)]

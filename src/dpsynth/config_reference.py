@@ -23,9 +23,9 @@ RECIPE_DOCS = {"ctcl": "recipes/ctcl.md", "dp_decoding": "recipes/dp_decoding.md
 def sections() -> dict[str, type[BaseModel]]:
     """Every section of a run config, by the key path a config writes it under."""
     from dpsynth.backends.config import (
-        EmbedderConfig,
+        EMBEDDER_CONFIGS,
+        GENERATOR_CONFIGS,
         ExecutorConfig,
-        GeneratorConfig,
         HttpConfig,
         Price,
     )
@@ -36,7 +36,8 @@ def sections() -> dict[str, type[BaseModel]]:
 
     return {"data": DataConfig, "budget": BudgetConfig,
             **{f"recipe.params ({name})": recipe.Params for name, recipe in RECIPES.items()},
-            "backends.generator": GeneratorConfig, "backends.embedder": EmbedderConfig,
+            **{f"backends.generator ({name})": model for name, model in GENERATOR_CONFIGS.items()},
+            **{f"backends.embedder ({name})": model for name, model in EMBEDDER_CONFIGS.items()},
             "backends.executor": ExecutorConfig, "backends.*.http": HttpConfig,
             "backends.*.price": Price, "output": OutputConfig, "held_out": HeldOutConfig}
 
@@ -50,13 +51,6 @@ def rows(model: type[BaseModel]) -> list[tuple[str, str, str, str, str]]:
 
 def render() -> str:
     """The generated part of docs/config.md, markers included."""
-    from dpsynth.backends.config import (
-        EmbedderConfig,
-        ExecutorConfig,
-        GeneratorConfig,
-        HttpConfig,
-        Price,
-    )
     from dpsynth.methods.registry import RECIPES
 
     parts = [BEGIN, "", "## Recipe parameters", "",
@@ -69,13 +63,13 @@ def render() -> str:
     parts += ["## backends", "",
               "Relative paths in `backends` (`cache`, `path`, `fit_texts`, `index_dir`, a "
               "`prompts` file, a local `model` folder that exists) are read against the "
-              "config file's folder, as `data.path` is. See [backends.md](backends.md).", ""]
-    for title, model in (("backends.generator", GeneratorConfig),
-                         ("backends.embedder", EmbedderConfig),
-                         ("backends.executor", ExecutorConfig),
-                         ("backends.generator.http, backends.embedder.http", HttpConfig),
-                         ("backends.generator.price, backends.embedder.price", Price)):
-        parts += [f"### {title}", "", *_table(model), ""]
+              "config file's folder, as `data.path` is. See [backends.md](backends.md).",
+              "", "Each backend takes its own keys; a key of another backend is an error that "
+              "names both.", ""]
+    for title, model in sections().items():
+        if title.startswith("backends."):
+            parts += [f"### {title}", "", " ".join((model.__doc__ or "").split()), "",
+                      *_table(model), ""]
     parts.append(END)
     return "\n".join(parts) + "\n"
 
@@ -94,10 +88,12 @@ def _table(model: type[BaseModel]) -> list[str]:
 def _type(annotation: object) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type(args[0])
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        return " or ".join(_type(a) for a in inner) + (" or null" if len(inner) < len(args)
-                                                       else "")
+        kinds = dict.fromkeys(_type(a) for a in inner)  # a tagged union: one "section"
+        return " or ".join(kinds) + (" or null" if len(inner) < len(args) else "")
     if origin is typing.Literal:
         return "one of " + ", ".join(f"`{a}`" for a in args)
     if origin is dict:

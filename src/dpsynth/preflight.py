@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dpsynth import sizing
+from dpsynth.backends.config import TfidfConfig
 from dpsynth.config import RunConfig
 from dpsynth.data import PrivateDataset, load_private
 from dpsynth.data.load import units_text
@@ -97,7 +98,7 @@ def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> 
     generator = config.backends.generator
     if generator.name != "pool" or generator.path is None:
         return  # the shipped pool is public text
-    from dpsynth.backends.pool_texts import read_pool_texts
+    from dpsynth.backends.pool.texts import read_pool_texts
 
     pool = config._resolved(generator.path)
     if data.mostly_within(read_pool_texts(pool, generator.text_column, None)):
@@ -110,12 +111,10 @@ def _refuse_fit_texts_of_private_texts(config: RunConfig, data: PrivateDataset) 
     vote, depend on the whole private set, not on that unit alone. The config refuses the
     private file named as fit_texts; this catches a copy of it (or a file that holds it),
     before anything is released."""
-    from dpsynth.backends.tfidf import read_public_texts
+    from dpsynth.backends.embedders.tfidf import read_public_texts
 
-    generator = config.backends.generator
-    for field, embedder in (("backends.embedder", config.backends.embedder),
-                            ("backends.generator.embedder", generator.embedder)):
-        if embedder.name != "tfidf" or embedder.fit_texts is None:
+    for field, embedder in config.backends.embedders():
+        if not isinstance(embedder, TfidfConfig) or embedder.fit_texts is None:
             continue
         path = config._resolved(embedder.fit_texts)
         if data.mostly_within(read_public_texts(path, embedder.fit_text_column)):

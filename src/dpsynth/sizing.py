@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpsynth.backends.config import OpenAIChatConfig
 from dpsynth.config import RunConfig
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import ConfigError, InputError
@@ -183,7 +184,8 @@ def fit(config: RunConfig, facts: DataFacts, measure: Callable[[], Rate]
             f"{config.recipe.name}'s time is its DP training (recipe.params.steps) and the "
             "sampling of the LM it trains; recipe.time sizes backends.generator's outputs, "
             "which it does not use: nothing changed"))
-    if config.backends.generator.dry_run:
+    generator = config.backends.generator
+    if isinstance(generator, OpenAIChatConfig) and generator.dry_run:
         return config, Fit(time, seconds, Rate(0.0, 0.0), before, before, note=(
             "the generator is a dry run and sends nothing, so it has no rate: nothing changed"))
     rate = measure()

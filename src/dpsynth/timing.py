@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpsynth.backends import build_generator
-from dpsynth.backends.base import Condition
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.base import Condition, Generator
+from dpsynth.backends.config import GeneratorConfig, OpenAIChatConfig
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,14 @@ class Throughput:
     words: int
 
 
-def batch_size(cfg: GeneratorConfig, generator: object) -> int:
+def batch_size(cfg: GeneratorConfig, generator: Generator) -> int:
     """Outputs timed at once: enough to fill the backend's parallelism (an OpenAI-compatible
     server's requests in flight, a local model's forward batch), so the rate is the one a
     run sees on its large batches."""
-    if cfg.name == "openai":
+    if isinstance(cfg, OpenAIChatConfig):
         return max(8, cfg.concurrency)
-    return max(8, int(getattr(generator, "batch_size", None) or cfg.batch_size or 8))
+    batch = generator.batch_size or getattr(cfg, "batch_size", None)
+    return max(8, int(batch or 8))
 
 
 WORDS = 30

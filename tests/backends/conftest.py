@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpsynth.backends.config import GeneratorConfig, HttpConfig
-from dpsynth.backends.loopback import LoopbackServer
+from dpsynth.backends.config import HttpConfig, OpenAIChatConfig
+from dpsynth.backends.http.loopback import LoopbackServer
 
 FAST_HTTP = HttpConfig(timeout_s=0.5, max_retries=3, backoff_s=0.01, max_backoff_s=0.05)
 
@@ -16,7 +16,7 @@ def server():
         yield srv
 
 
-def chat_config(server: LoopbackServer, **overrides) -> GeneratorConfig:
+def chat_config(server: LoopbackServer, **overrides) -> OpenAIChatConfig:
     fields = {"name": "openai", "base_url": server.url, "model": "loopback-model",
               "concurrency": 4, "http": FAST_HTTP, "max_tokens": 200}
-    return GeneratorConfig(**{**fields, **overrides})
+    return OpenAIChatConfig(**{**fields, **overrides})

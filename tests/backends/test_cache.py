@@ -4,7 +4,7 @@ import numpy as np
 
 from dpsynth.backends import FAILED, Condition, build_embedder, build_generator
 from dpsynth.backends.cache import CachedEmbedder, CachedGenerator
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import OpenAIEmbeddingsConfig
 from dpsynth.data.private import PrivateDataset
 
 from .conftest import chat_config
@@ -72,8 +72,8 @@ def test_failures_are_not_cached(server, tmp_path):
 
 
 def test_embedding_cache_hits_and_matches(server, tmp_path):
-    cfg = EmbedderConfig(name="openai", base_url=server.url, model="e", dim=8,
-                         cache=tmp_path / "e.sqlite")
+    cfg = OpenAIEmbeddingsConfig(base_url=server.url, model="e", dim=8,
+                                 cache=tmp_path / "e.sqlite")
     emb = build_embedder(cfg)
     assert isinstance(emb, CachedEmbedder)
     texts = ["synthetic one", "synthetic two", "synthetic one"]
@@ -92,8 +92,8 @@ def test_private_text_never_reaches_the_cache_file(server, tmp_path):
     gen_path, emb_path = tmp_path / "gen.sqlite", tmp_path / "emb.sqlite"
     private = PrivateDataset([*CANARIES, "an ordinary private record"],
                              labels=["a", "b", "a"], label_names=["a", "b"])
-    emb = build_embedder(EmbedderConfig(name="openai", base_url=server.url, model="e", dim=8,
-                                        cache=emb_path))
+    emb = build_embedder(OpenAIEmbeddingsConfig(base_url=server.url, model="e", dim=8,
+                                                cache=emb_path))
     private_vectors = private.embed(emb, allow_remote=True)  # opt-in, private path
     emb.encode_uncached(list(CANARIES))  # evaluation's path for real splits
     gen = build_generator(chat_config(server, cache=gen_path))

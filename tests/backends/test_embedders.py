@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dpsynth.backends import BackendError, build_embedder
-from dpsynth.backends.config import EmbedderConfig
-from dpsynth.backends.tfidf import TfidfEmbedder
+from dpsynth.backends.config import OpenAIEmbeddingsConfig, TfidfConfig
+from dpsynth.backends.embedders.tfidf import TfidfEmbedder
 from dpsynth.data.private import PrivateDataset
 from dpsynth.errors import ConfigError, InputError
 
@@ -33,8 +33,8 @@ def check_unit_float32(vectors: np.ndarray, n: int, dim: int) -> None:
 def test_tfidf_is_normalised_deterministic_and_semantic(tmp_path):
     path = tmp_path / "public.txt"
     path.write_text("\n".join(PUBLIC), encoding="utf-8")
-    first = build_embedder(EmbedderConfig(name="tfidf", fit_texts=path, dim=4))
-    second = build_embedder(EmbedderConfig(name="tfidf", fit_texts=path, dim=4))
+    first = build_embedder(TfidfConfig(fit_texts=path, dim=4))
+    second = build_embedder(TfidfConfig(fit_texts=path, dim=4))
     queries = ["where is my parcel order", "charged twice on the invoice",
                "zzz qqq unknown words"]
     a, b = first.encode(queries), second.encode(queries)
@@ -63,20 +63,20 @@ def test_tfidf_embeds_a_private_text_as_it_does_alone():
 def test_tfidf_reads_a_table_and_refuses_private_or_missing_fit_text(tmp_path):
     table = tmp_path / "public.csv"
     table.write_text("body\n" + "\n".join(f'"{t}"' for t in PUBLIC), encoding="utf-8")
-    emb = build_embedder(EmbedderConfig(name="tfidf", fit_texts=table, fit_text_column="body",
-                                        dim=3))
+    emb = build_embedder(TfidfConfig(fit_texts=table, fit_text_column="body",
+                                     dim=3))
     assert emb.dim == 3
     with pytest.raises(InputError, match="no column 'text'"):
-        build_embedder(EmbedderConfig(name="tfidf", fit_texts=table))
+        build_embedder(TfidfConfig(fit_texts=table))
     with pytest.raises(ConfigError, match="fit_texts"):
-        build_embedder(EmbedderConfig(name="tfidf"))
+        build_embedder(TfidfConfig())
     with pytest.raises(TypeError, match="public text only"):
         TfidfEmbedder(PrivateDataset(PUBLIC))
 
 
 def test_tfidf_relative_paths_follow_the_config_folder(tmp_path):
     (tmp_path / "public.txt").write_text("\n".join(PUBLIC), encoding="utf-8")
-    emb = build_embedder(EmbedderConfig(name="tfidf", fit_texts="public.txt", dim=2),
+    emb = build_embedder(TfidfConfig(fit_texts="public.txt", dim=2),
                          base_dir=tmp_path)
     assert emb.dim == 2
 
@@ -84,7 +84,7 @@ def test_tfidf_relative_paths_follow_the_config_folder(tmp_path):
 def openai_embedder(server, **overrides):
     fields = {"name": "openai", "base_url": server.url, "model": "loopback-embed",
               "batch_size": 3, "concurrency": 2, "http": FAST_HTTP}
-    return build_embedder(EmbedderConfig(**{**fields, **overrides}))
+    return build_embedder(OpenAIEmbeddingsConfig(**{**fields, **overrides}))
 
 
 def test_openai_embedder_batches_normalises_and_is_deterministic(server):

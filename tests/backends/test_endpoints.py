@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from dpsynth.backends.base import BackendError
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import OpenAIChatConfig
 from dpsynth.backends.factory import build_generator
-from dpsynth.backends.loopback import LoopbackServer
-from dpsynth.backends.prompt_sets import ChatPrompt
+from dpsynth.backends.generators.prompt_sets import ChatPrompt
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder, ticket_texts
 from tests.methods.test_recipes import make_config
@@ -24,8 +24,8 @@ PE = {"iterations": 3, "n_output": 12, "label_fraction": 0.0}
 
 
 def openai(urls, **http):
-    return build_generator(GeneratorConfig(
-        name="openai", base_url=urls, model="loopback", concurrency=2,
+    return build_generator(OpenAIChatConfig(
+        base_url=urls, model="loopback", concurrency=2,
         http={"max_retries": 5, "backoff_s": 0.01, "max_backoff_s": 0.02, **http}))
 
 
@@ -92,4 +92,4 @@ def test_all_servers_dead_is_the_one_line_error(tmp_path):
 @pytest.mark.parametrize("urls", [[], ["http://a/v1", "http://a/v1"]])
 def test_a_list_of_servers_needs_distinct_ones(urls):
     with pytest.raises(ValidationError, match="each once"):
-        GeneratorConfig(name="openai", model="m", base_url=urls)
+        OpenAIChatConfig(model="m", base_url=urls)

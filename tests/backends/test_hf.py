@@ -3,9 +3,9 @@
 import pytest
 
 from dpsynth.backends import FAILED, Condition, build_generator
-from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.hf import HFGenerator
-from dpsynth.backends.prompt_sets import ChatPrompt
+from dpsynth.backends.config import HFConfig, OpenAIChatConfig
+from dpsynth.backends.generators.hf import HFGenerator
+from dpsynth.backends.generators.prompt_sets import ChatPrompt
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -70,7 +70,7 @@ def seq2seq_dir(tmp_path_factory):
 def hf_config(path, **overrides):
     fields = {"name": "hf", "model": str(path), "max_tokens": 6, "batch_size": 3, "seed": 11,
               "temperature": 0.9, "top_p": 0.95}
-    return GeneratorConfig(**{**fields, **overrides})
+    return HFConfig(**{**fields, **overrides})
 
 
 def run_all_operations(gen):
@@ -127,12 +127,12 @@ def test_missing_model_folder_is_an_input_error(tmp_path):
 
 def test_loopback_server_backed_by_a_local_model(causal_dir):
     """The OpenAI client, over HTTP, gets what the local model generates for that prompt."""
-    from dpsynth.backends.loopback import LoopbackServer, model_responder
+    from dpsynth.backends.http.loopback import LoopbackServer, model_responder
 
     local = build_generator(hf_config(causal_dir, temperature=0.0))
     with LoopbackServer(responder=model_responder(local)) as server:
-        remote = build_generator(GeneratorConfig(name="openai", base_url=server.url,
-                                                 model="tiny", concurrency=2))
+        remote = build_generator(OpenAIChatConfig(base_url=server.url,
+                                                  model="tiny", concurrency=2))
         conds = [Condition(label="billing"), Condition(label="shipping")]
         over_http = remote.generate(conds)
     assert over_http == local.generate(conds)

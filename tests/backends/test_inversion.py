@@ -125,7 +125,7 @@ def test_shipped_decoder_inverts_minilm_better_than_chance():
     """The shipped decoder is weak (its model card: held-out cosine 0.31), but a text's
     reconstruction must sit clearly closer to it than to other texts."""
     from dpsynth.backends import build_embedder
-    from dpsynth.backends.config import EmbedderConfig
+    from dpsynth.backends.config import MiniLMConfig
 
     texts = ["The team won the championship game in overtime on Sunday night.",
              "What is the capital city of Australia?",
@@ -135,7 +135,7 @@ def test_shipped_decoder_inverts_minilm_better_than_chance():
              "The river flooded the village after days of heavy rain.",
              "The church was built in the twelfth century by the local bishop.",
              "The stock market fell sharply after the central bank raised interest rates."]
-    embedder = build_embedder(EmbedderConfig(name="minilm"))
+    embedder = build_embedder(MiniLMConfig())
     with one_torch_thread():
         decoder = InversionDecoder()
         decoder.check_embedder(embedder)

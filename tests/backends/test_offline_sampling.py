@@ -210,10 +210,10 @@ def test_first_token_is_drawn_from_the_exact_guided_nucleus(shipped, fn):
 def test_int8_engine_samples_close_to_the_float_model(tiny_lm):
     """int8 projections: a slightly different model, close to the float one (same length
     control, logits within a few percent), chosen by `backends.generator.int8`."""
-    from dpsynth.backends.config import GeneratorConfig
+    from dpsynth.backends.config import OfflineConfig
     from dpsynth.backends.factory import build_generator
 
-    g = build_generator(GeneratorConfig(name="offline", model=str(tiny_lm), seed=2, int8=True))
+    g = build_generator(OfflineConfig(model=str(tiny_lm), seed=2, int8=True))
     assert g.engine == "int8"
     texts = g.generate([Condition(length=12)] * 4)
     assert all(8 <= len(t.split()) <= 16 for t in texts), texts

@@ -6,13 +6,24 @@ import time
 import pytest
 
 from dpsynth.backends import BLANK, FAILED, BackendError, Condition, build_generator
-from dpsynth.backends.config import HttpConfig
-from dpsynth.backends.loopback import LoopbackServer
-from dpsynth.backends.openai_chat import request_seed
-from dpsynth.backends.openai_http import RateLimiter, _error_message
+from dpsynth.backends.config import HttpConfig, parse_generator
+from dpsynth.backends.generators.prompt_sets import load_prompt_set
+from dpsynth.backends.http.chat import request_seed
+from dpsynth.backends.http.client import RateLimiter, _error_message
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.errors import ConfigError
 
 from .conftest import FAST_HTTP, chat_config
+
+
+def test_the_identity_of_a_default_section_is_as_it_was():
+    """The identity keys the cache and resume: how the config is modelled must not move it
+    (these are the values of the single generator model the per-backend ones replaced)."""
+    cfg = parse_generator({"name": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    assert build_generator(cfg).identity() == {
+        "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+        "temperature": 1.0, "top_p": 1.0, "max_tokens": 512, "seed": None,
+        "prompts": load_prompt_set("generic").digest}
 
 
 def test_every_operation_end_to_end(server):

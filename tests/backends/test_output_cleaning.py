@@ -4,7 +4,7 @@ do not do the task are marked failed."""
 import pytest
 
 from dpsynth.backends import FAILED
-from dpsynth.backends.output_cleaning import clean_reply
+from dpsynth.backends.generators.output_cleaning import clean_reply
 
 TEXT = "The parcel arrived two weeks late and the box was crushed."
 

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from dpsynth.backends.base import Condition
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import MiniLMConfig, OfflineConfig, PoolConfig
 from dpsynth.backends.factory import GENERATORS, build_embedder, build_generator
-from dpsynth.backends.pool import PoolGenerator
-from dpsynth.backends.pool_edit import EditedPool
-from dpsynth.backends.pool_texts import read_pool_texts, refuse_private_pool
+from dpsynth.backends.pool.edit import EditedPool
+from dpsynth.backends.pool.generator import PoolGenerator
+from dpsynth.backends.pool.texts import read_pool_texts, refuse_private_pool
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.run import run
 from tests.methods.fakes import VOCAB, HashEmbedder, RecordingGenerator, ticket_texts
@@ -196,20 +196,19 @@ def test_a_pool_that_is_or_holds_the_private_data_is_refused(tmp_path, pool_file
 def test_factory_builds_a_pool_from_config_paths(tmp_path, pool_file, monkeypatch):
     monkeypatch.setattr("dpsynth.backends.factory.EMBEDDERS",
                         {"minilm": lambda cfg: HashEmbedder(DIM)})
-    cfg = GeneratorConfig(name="pool", path="public.txt", index_dir="index", seed=1,
-                          candidates=2)
+    cfg = PoolConfig(path="public.txt", index_dir="index", seed=1,
+                     candidates=2)
     pool = build_generator(cfg, base_dir=tmp_path)
     assert pool.generate([Condition(label="account")])[0].startswith("account")
     assert list((tmp_path / "index").glob("*.npy"))
-    shipped = build_generator(GeneratorConfig(name="pool", index_dir=str(tmp_path / "d")))
+    shipped = build_generator(PoolConfig(index_dir=str(tmp_path / "d")))
     assert shipped.usage()["pool_texts"] > 5_000  # without a path: the shipped public pool
 
 
 def test_the_shipped_pool_comes_with_its_minilm_embeddings():
-    from dpsynth.backends.config import EmbedderConfig
     from dpsynth.backends.factory import DEFAULT_POOL
 
-    pool = PoolGenerator(DEFAULT_POOL, build_embedder(EmbedderConfig()))
+    pool = PoolGenerator(DEFAULT_POOL, build_embedder(MiniLMConfig()))
     assert pool.usage()["pool_texts_embedded"] == 0  # read from disk, not embedded again
     assert (DEFAULT_POOL.parent / "SOURCES.md").is_file()
 
@@ -267,17 +266,17 @@ def test_edit_is_configured_on_the_pool_by_name(tmp_path, pool_file, monkeypatch
         return StrengthEditor()
 
     monkeypatch.setitem(GENERATORS, "offline", offline)
-    cfg = GeneratorConfig(name="pool", path="public.txt", seed=5, edit="offline",
-                          edit_strength=0.4)
+    cfg = PoolConfig(path="public.txt", seed=5, edit="offline",
+                     edit_strength=0.4)
     generator = build_generator(cfg, base_dir=tmp_path)
     assert isinstance(generator, EditedPool) and generator.strength == 0.4
     assert editors[0].seed == 5  # the editor shares the run's public seed unless it has one
     assert generator.generate([Condition(label="account")])[0].startswith("edited account")
     assert generator.identity()["edit_strength"] == 0.4
-    with pytest.raises(ValueError, match="option of the pool"):
-        GeneratorConfig(name="offline", edit="offline")
+    with pytest.raises(ValueError, match="edit is a key of the pool generator, not of offline"):
+        OfflineConfig(edit="offline")
     with pytest.raises(ValueError, match="not another pool"):
-        GeneratorConfig(name="pool", edit="pool")
+        PoolConfig(edit="pool")
 
 
 def test_a_run_reads_pool_texts_from_the_stored_embeddings(tmp_path, pool_file):

@@ -1,7 +1,7 @@
 import pytest
 
 from dpsynth.backends.base import BLANK, Condition
-from dpsynth.backends.prompt_sets import builtin_prompt_sets, load_prompt_set
+from dpsynth.backends.generators.prompt_sets import builtin_prompt_sets, load_prompt_set
 from dpsynth.errors import ConfigError
 
 
@@ -74,4 +74,4 @@ def test_bad_prompt_files_are_located(tmp_path):
 def load_prompt_set_text() -> str:
     from importlib import resources
 
-    return (resources.files("dpsynth.backends") / "prompts" / "generic.yaml").read_text()
+    return (resources.files("dpsynth.backends.generators") / "prompts" / "generic.yaml").read_text()

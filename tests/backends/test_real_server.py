@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("torch")
 
 from dpsynth.backends import FAILED, BackendError, Condition, build_generator
-from dpsynth.backends.config import GeneratorConfig, HttpConfig
+from dpsynth.backends.config import HttpConfig, OpenAIChatConfig
 from dpsynth.config import parse_config
 from dpsynth.run import run
 from tests.methods.fakes import FILLER, VOCAB, HashEmbedder, ticket_texts
@@ -135,10 +135,10 @@ def real_server(served_model, tmp_path_factory):
             proc.wait()
 
 
-def chat(url: str, model: Path | str, **overrides) -> GeneratorConfig:
+def chat(url: str, model: Path | str, **overrides) -> OpenAIChatConfig:
     fields = {"name": "openai", "base_url": url, "model": str(model), "concurrency": 2,
               "max_tokens": MAX_TOKENS, "http": HTTP}
-    return GeneratorConfig(**{**fields, **overrides})
+    return OpenAIChatConfig(**{**fields, **overrides})
 
 
 def in_vocabulary(text: str) -> bool:

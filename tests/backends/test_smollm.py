@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from dpsynth.backends import FAILED, Condition, build_generator
-from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.prompt_sets import load_prompt_set
+from dpsynth.backends.config import SmolLMConfig
+from dpsynth.backends.generators.prompt_sets import load_prompt_set
 from dpsynth.backends.smollm.generator import SmolLMGenerator
 from tests.smollm import require_smollm
 
@@ -15,9 +15,9 @@ require_smollm()
 SHORT = Condition(label="Sports", length=8)
 
 
-def config(**overrides) -> GeneratorConfig:
-    return GeneratorConfig(**{"name": "smollm", "seed": 0, "threads": 1, "max_tokens": 24,
-                              **overrides})
+def config(**overrides) -> SmolLMConfig:
+    return SmolLMConfig(**{"name": "smollm", "seed": 0, "threads": 1, "max_tokens": 24,
+                           **overrides})
 
 
 @pytest.fixture(scope="module")

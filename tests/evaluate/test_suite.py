@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from dpsynth.backends.cache import CachedEmbedder, ContentCache, content_key
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import MiniLMConfig
 from dpsynth.errors import InputError
 from dpsynth.evaluate import PRIVATE_NOTICE, EvalConfig, EvalResult, evaluate
 
@@ -121,7 +121,7 @@ def test_a_remote_embedder_is_refused_for_any_real_split(files, remote_hashing_e
 
 def test_a_remote_embedder_runs_with_the_explicit_opt_in(files, remote_hashing_embedder,
                                                          caplog):
-    opted_in = FAST.model_copy(update={"embedder": EmbedderConfig(allow_remote_on_private=True)})
+    opted_in = FAST.model_copy(update={"embedder": MiniLMConfig(allow_remote_on_private=True)})
     with caplog.at_level(logging.WARNING, logger="dpsynth"):
         m = evaluate(files["synthetic"], files["test"], files["train"], opted_in,
                      embedder=remote_hashing_embedder).to_dict()

@@ -96,7 +96,7 @@ def tiny_context_lm():
     from tokenizers import ByteLevelBPETokenizer
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from dpsynth.backends.context_lm import ContextLM
+    from dpsynth.backends.generators.context_lm import ContextLM
 
     corpus = [" ".join(words) for words in VOCAB.values()] + [" ".join(FILLER)]
     bpe = ByteLevelBPETokenizer()

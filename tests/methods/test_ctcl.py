@@ -230,7 +230,7 @@ def test_dpft_neither_uses_nor_probes_the_configured_generator(tmp_path, tickets
                                                                topics, caplog, monkeypatch):
     """It samples the LM it fine-tunes: a generator server that is down must not stop it, and
     no generator is even built (the default one would load SmolLM2 for nothing)."""
-    from dpsynth.backends.config import BackendsConfig, GeneratorConfig
+    from dpsynth.backends.config import BackendsConfig, OpenAIChatConfig
 
     def no_build(*args, **kwargs):
         raise AssertionError("dpft built backends.generator")
@@ -238,8 +238,8 @@ def test_dpft_neither_uses_nor_probes_the_configured_generator(tmp_path, tickets
     monkeypatch.setattr("dpsynth.run.models.build_generator", no_build)
 
     cfg = config(tmp_path, tickets, "dpft", tiny_lm, topics, steps=2, n_output=6)
-    down = GeneratorConfig(name="openai", base_url="http://127.0.0.1:9/v1", model="m",
-                           http={"max_retries": 0, "timeout_s": 1})
+    down = OpenAIChatConfig(base_url="http://127.0.0.1:9/v1", model="m",
+                            http={"max_retries": 0, "timeout_s": 1})
     cfg = cfg.model_copy(update={"backends": BackendsConfig(generator=down)})
     with caplog.at_level("INFO"):
         outputs = run(cfg, embedder=HashEmbedder())

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from dp_accounting import dp_event, pld, rdp
 
-from dpsynth.backends.context_lm import SLOT
+from dpsynth.backends.generators.context_lm import SLOT
 from dpsynth.config import parse_config
 from dpsynth.data import PrivateDataset
 from dpsynth.errors import ConfigError
@@ -455,7 +455,7 @@ def test_decoded_texts_are_tidied_into_one_output_cell():
 
 
 def test_finish_continues_a_reply_to_a_sentence_end_within_its_token_bound():
-    from dpsynth.backends.context_lm import SENTENCE_END
+    from dpsynth.backends.generators.context_lm import SENTENCE_END
     from tests.methods.fakes import tiny_context_lm
 
     lm = tiny_context_lm()
@@ -476,7 +476,7 @@ def test_texts_cut_at_max_tokens_are_finished_from_their_public_prompt_alone(tmp
                                                                            monkeypatch):
     """The continuation is post-processing: it sees each text's public prompt and released
     tokens, never a record, and charges nothing."""
-    from dpsynth.backends.context_lm import ContextLM
+    from dpsynth.backends.generators.context_lm import ContextLM
 
     calls = []
 

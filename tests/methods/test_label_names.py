@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from dpsynth.backends.base import Condition
-from dpsynth.backends.label_names import LabelNamedGenerator
+from dpsynth.backends.generators.label_names import LabelNamedGenerator
 from dpsynth.config import parse_config
 from dpsynth.errors import ConfigError
 from dpsynth.run import run

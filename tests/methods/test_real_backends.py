@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import OpenAIChatConfig
 from dpsynth.backends.factory import build_generator
-from dpsynth.backends.loopback import LoopbackServer
+from dpsynth.backends.http.loopback import LoopbackServer
 from dpsynth.backends.offline.generator import OfflineGenerator
 from dpsynth.run import run
 from tests.methods.fakes import HashEmbedder
@@ -26,8 +26,8 @@ def test_dpga_loop_with_a_real_local_generator(tmp_path, tickets, tiny_lm):
 @pytest.mark.parametrize("recipe", ["dpga", "pe", "kd_tutor"])
 def test_no_private_text_in_any_prompt_sent(tmp_path, tickets, recipe):
     with LoopbackServer() as server:
-        generator = build_generator(GeneratorConfig(
-            name="openai", base_url=server.url, model="loopback", concurrency=4))
+        generator = build_generator(OpenAIChatConfig(base_url=server.url, model="loopback",
+                                                     concurrency=4))
         run(make_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
             generator=generator)
         prompts = "\n".join(server.user_prompts())

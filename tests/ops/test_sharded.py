@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from dpsynth.backends import build_embedder
-from dpsynth.backends.config import EmbedderConfig, ExecutorConfig
+from dpsynth.backends.config import EmbedderConfig, ExecutorConfig, TfidfConfig
 from dpsynth.backends.ray_cluster import init_options, ray_session
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.cli import main
@@ -64,7 +64,7 @@ def public_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def embedder_cfg(public_file) -> EmbedderConfig:
-    return EmbedderConfig(name="tfidf", fit_texts=public_file, dim=16)
+    return TfidfConfig(fit_texts=public_file, dim=16)
 
 
 @pytest.fixture(scope="module")

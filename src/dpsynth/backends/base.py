@@ -10,14 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpsynth.errors import DpsynthError
 
 if TYPE_CHECKING:
-    from dpsynth.backends.context_lm import ContextLM
+    from dpsynth.backends.generators.context_lm import ContextLM
 
 BLANK = "_"
 """The blank marker in texts passed to `Generator.fill`, as in dpga-textsyn's prompts."""
@@ -81,6 +81,11 @@ class Embedder(ABC):
         """Counters for the report (requests, tokens, estimated cost) where they apply."""
         return {}
 
+    def served_by(self) -> Embedder:
+        """The backend that answers this one's requests: itself, or the one a wrapper (a
+        cache) holds. The health check probes and names it."""
+        return self
+
 
 class Generator(ABC):
     """The text operations the recipes need, each batched: one output per input.
@@ -91,6 +96,10 @@ class Generator(ABC):
     """
 
     is_remote: bool = False
+    """True when the operations' inputs leave this machine (an OpenAI-compatible server)."""
+
+    batch_size: int | None = None
+    """Inputs a local model computes in one forward batch; None where it does not batch."""
 
     def identity(self) -> dict[str, object]:
         """What determines the output besides the input (backend, model, sampling parameters,
@@ -100,6 +109,28 @@ class Generator(ABC):
     def usage(self) -> dict[str, float]:
         """Counters for the report: calls, tokens, failures, estimated cost (where known)."""
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where sampling stands (a call counter that keys each call's randomness, a cache's
+        request numbering), for checkpoints: a resumed run continues from it rather than
+        replaying earlier samples. A backend whose samples depend on nothing earlier has none."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a `state_dict` (one without state has nothing to continue)."""
+        del state
+
+    def stored_embeddings(self, texts: Sequence[str], embedder: Embedder
+                          ) -> dict[str, np.ndarray]:
+        """Vectors the backend already holds for some of `texts` under `embedder` (a pool's
+        index of its own texts), so a recipe need not embed them again; most hold none."""
+        return {}
+
+    def served_by(self) -> Generator:
+        """The backend that answers this one's requests: itself, the one a wrapper (cache,
+        counting, label names) holds, or a pool's remote editor. The health check probes and
+        names it."""
+        return self
 
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         """Summed log-probability of each continuation right after its prompt (in-context
@@ -133,6 +164,55 @@ class Generator(ABC):
     def crossover(self, parent_groups: Sequence[Sequence[str]],
                   conditions: Sequence[Condition]) -> list[str]:
         """A child text for each group of two or more parent texts."""
+
+
+class WrappedGenerator(Generator):
+    """A generator that adds one concern around `inner` (caching, counting, label names) and
+    forwards the rest: a subclass overrides only what its concern changes."""
+
+    def __init__(self, inner: Generator) -> None:
+        self.inner = inner
+        self.is_remote = inner.is_remote
+        self.batch_size = inner.batch_size
+
+    def identity(self) -> dict[str, object]:
+        return self.inner.identity()
+
+    def usage(self) -> dict[str, float]:
+        return self.inner.usage()
+
+    def served_by(self) -> Generator:
+        return self.inner.served_by()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+    def stored_embeddings(self, texts: Sequence[str], embedder: Embedder
+                          ) -> dict[str, np.ndarray]:
+        return self.inner.stored_embeddings(texts, embedder)
+
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        return self.inner.score(prompts, continuations)
+
+    def context_lm(self) -> ContextLM:
+        return self.inner.context_lm()
+
+    def generate(self, conditions: Sequence[Condition]) -> list[str]:
+        return self.inner.generate(conditions)
+
+    def rewrite(self, texts: Sequence[str], conditions: Sequence[Condition],
+                strength: float = 0.5) -> list[str]:
+        return self.inner.rewrite(texts, conditions, strength)
+
+    def fill(self, masked_texts: Sequence[str], conditions: Sequence[Condition]) -> list[str]:
+        return self.inner.fill(masked_texts, conditions)
+
+    def crossover(self, parent_groups: Sequence[Sequence[str]],
+                  conditions: Sequence[Condition]) -> list[str]:
+        return self.inner.crossover(parent_groups, conditions)
 
 
 class UnusedGenerator(Generator):

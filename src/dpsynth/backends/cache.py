@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsynth.backends.base import FAILED, Condition, Embedder, Generator
+from dpsynth.backends.base import FAILED, Condition, Embedder, Generator, WrappedGenerator
 from dpsynth.errors import InputError
 
 _SCHEMA = """
@@ -98,18 +98,19 @@ class ContentCache:
             self._db.execute("COMMIT")
 
 
-class CachedGenerator(Generator):
+class CachedGenerator(WrappedGenerator):
     """Serves repeated requests from the cache and forwards only the misses, as one batch.
 
     `read_only` (used for dry runs) looks entries up but stores nothing, so a dry run counts
-    only the calls a real run would pay for and never leaves placeholder text behind.
+    only the calls a real run would pay for and never leaves placeholder text behind. Scores
+    and the context LM are forwarded, never cached: they are deterministic and cheap beside
+    sampling, and what a context holds is never stored.
     """
 
     def __init__(self, inner: Generator, cache: ContentCache, read_only: bool = False) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cache = cache
         self.read_only = read_only
-        self.is_remote = inner.is_remote
         self.hits = 0
         self.misses = 0
         self._seen: Counter[str] = Counter()
@@ -117,21 +118,9 @@ class CachedGenerator(Generator):
     def __repr__(self) -> str:
         return f"CachedGenerator({self.inner!r}, {self.cache!r})"
 
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
-
     def usage(self) -> dict[str, float]:
         return {**self.inner.usage(), "cache_hits": float(self.hits),
                 "cache_misses": float(self.misses)}
-
-    def context_lm(self):
-        """The inner generator's LM: what its context holds is never cached."""
-        return self.inner.context_lm()
-
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
-        """The wrapped generator's scores, never cached: they are deterministic and cheap
-        beside sampling (eda's readability filter scores through this)."""
-        return self.inner.score(prompts, continuations)
 
     def state_dict(self) -> dict[str, Any]:
         """The sample numbering, for a checkpoint (digests only, no text)."""
@@ -206,6 +195,9 @@ class CachedEmbedder(Embedder):
     def usage(self) -> dict[str, float]:
         return {**self.inner.usage(), "cache_hits": float(self.hits),
                 "cache_misses": float(self.misses)}
+
+    def served_by(self) -> Embedder:
+        return self.inner.served_by()
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         identity = self.inner.identity()

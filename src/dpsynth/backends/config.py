@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dpsynth.backends.pool import DEFAULT_CANDIDATES, DEFAULT_MAX_TEXTS
+from dpsynth.backends.generators.prompt_sets import builtin_prompt_sets
+from dpsynth.backends.pool.generator import DEFAULT_CANDIDATES, DEFAULT_MAX_TEXTS
 
 
 class Price(BaseModel):
@@ -44,35 +45,111 @@ REMOTE_EMBEDDING_ASSUMPTION = (  # privacy.json "assumes" and the report
     "rule out")
 
 
+BACKEND_NAME = "the backend this section configures"
+
+
+def _named(value: object, default: str) -> object:
+    """A section that names no backend is the default backend's (`generator: {seed: 3}` is
+    smollm's)."""
+    return {"name": default, **value} if isinstance(value, dict) and "name" not in value else value
+
+
+def _name_is_set(section: BaseModel) -> None:
+    """`name` counts as given even when the model's default chose it, so a dump of the set
+    fields (`exclude_unset`) still says which backend it is and validates back to it."""
+    section.__pydantic_fields_set__.add("name")
+
+
+def _refuse_other_backends_keys(model: type[BaseModel], data: Any,
+                                family: dict[str, type[BaseModel]], kind: str) -> Any:
+    """A key of another backend given to this one: an error that names the key, this backend
+    and the ones it belongs to (a key no backend has is left to the unknown-key error)."""
+    if not isinstance(data, dict):
+        return data
+    for key in data:
+        owners = [name for name, other in family.items() if key in other.model_fields]
+        if key not in model.model_fields and owners:
+            mine = model.model_fields["name"].default
+            which = (owners[0] if len(owners) == 1
+                     else f"{', '.join(owners[:-1])} and {owners[-1]}")
+            raise ValueError(f"{key} is a key of the {which} {kind}{'s' * (len(owners) > 1)}, "
+                             f"not of {mine}")
+    return data
+
+
 class EmbedderConfig(BaseModel):
+    """What every embedder section takes; each backend's own model (below) adds its keys."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["minilm", "sentence-transformers", "openai", "tfidf"] = Field(
-        "minilm", description="the bundled all-MiniLM-L6-v2, a local sentence-transformers "
-        "folder, an OpenAI-compatible embeddings endpoint, or TF-IDF/LSA fitted on public text")
-    model: str | None = Field(None, description="model path or name, where the backend takes one")
-    base_url: str | None = Field(None, description="openai: the server's URL, up to /v1")
-    api_key_env: str | None = Field(None, description="environment variable holding the API key")
-    batch_size: int = Field(64, gt=0, description="texts embedded per call")
-    concurrency: int = Field(4, gt=0, description="openai: requests in flight at once")
-    allow_remote_on_private: bool = Field(
-        False, description="explicit opt-in to send private text to a remote embedder"
-    )
-    dim: int | None = Field(
-        None, gt=0, description="output dimension: tfidf's SVD size; for openai, the "
-        "'dimensions' request field (models that support it)"
-    )
-    fit_texts: Path | None = Field(
-        None, description="tfidf: a PUBLIC text file (.txt one text per line, or csv/jsonl/"
-        "parquet/hf with fit_text_column) the vectoriser is fit on; never the private data"
-    )
-    fit_text_column: str = Field("text", description="tfidf: the column of fit_texts to read "
-                                 "(a table)")
-    http: HttpConfig = Field(HttpConfig(), description="openai: rate limits, timeouts, retries")
-    price: Price | None = Field(None, description="overrides the built-in price table")
+    name: str = Field(description="the embedder: minilm, sentence-transformers, openai or tfidf")
     cache: Path | None = Field(
         None, description="SQLite file caching embeddings of public and synthetic text"
     )
+    allow_remote_on_private: bool = Field(
+        False, description="explicit opt-in to send private text to a remote embedder"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_of_this_backend(cls, data: Any) -> Any:
+        return _refuse_other_backends_keys(cls, data, EMBEDDER_CONFIGS, "embedder")
+
+    def model_post_init(self, context: Any) -> None:
+        _name_is_set(self)
+
+
+class MiniLMConfig(EmbedderConfig):
+    """The bundled all-MiniLM-L6-v2."""
+
+    name: Literal["minilm"] = Field("minilm", description=BACKEND_NAME)
+    model: str | None = Field(None, description="another copy of the model's folder")
+    batch_size: int = Field(64, gt=0, description="texts embedded per call")
+
+
+class SentenceTransformersConfig(EmbedderConfig):
+    """A local sentence-transformers model folder."""
+
+    name: Literal["sentence-transformers"] = Field("sentence-transformers",
+                                                   description=BACKEND_NAME)
+    model: str | None = Field(None, description="the model folder (required)")
+    batch_size: int = Field(64, gt=0, description="texts embedded per call")
+
+
+class OpenAIEmbeddingsConfig(EmbedderConfig):
+    """An OpenAI-compatible embeddings endpoint."""
+
+    name: Literal["openai"] = Field("openai", description=BACKEND_NAME)
+    model: str | None = Field(None, description="the served model's name")
+    base_url: str | None = Field(None, description="the server's URL, up to /v1")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    batch_size: int = Field(64, gt=0, description="texts embedded per request")
+    concurrency: int = Field(4, gt=0, description="requests in flight at once")
+    dim: int | None = Field(None, gt=0, description="the 'dimensions' request field (models "
+                            "that support it)")
+    http: HttpConfig = Field(HttpConfig(), description="rate limits, timeouts, retries")
+    price: Price | None = Field(None, description="overrides the built-in price table")
+
+
+class TfidfConfig(EmbedderConfig):
+    """TF-IDF/LSA fitted on public text."""
+
+    name: Literal["tfidf"] = Field("tfidf", description=BACKEND_NAME)
+    dim: int | None = Field(None, gt=0, description="the SVD's output dimension (default 256)")
+    fit_texts: Path | None = Field(
+        None, description="a PUBLIC text file (.txt one text per line, or csv/jsonl/parquet/hf "
+        "with fit_text_column) the vectoriser is fit on; never the private data (required)"
+    )
+    fit_text_column: str = Field("text", description="the column of fit_texts to read (a table)")
+
+
+EMBEDDER_CONFIGS: dict[str, type[EmbedderConfig]] = {
+    "minilm": MiniLMConfig, "sentence-transformers": SentenceTransformersConfig,
+    "openai": OpenAIEmbeddingsConfig, "tfidf": TfidfConfig}
+
+EmbedderChoice = Annotated[MiniLMConfig | SentenceTransformersConfig | OpenAIEmbeddingsConfig
+                           | TfidfConfig, Field(discriminator="name")]
+"""An embedder section: the model of the backend it names (minilm when it names none)."""
 
 
 SMOLLM_SAMPLING = (0.7, 0.9)
@@ -80,93 +157,49 @@ SMOLLM_SAMPLING = (0.7, 0.9)
 
 
 class GeneratorConfig(BaseModel):
+    """What every generator section takes; each backend's own model (below) adds its keys."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["smollm", "offline", "openai", "hf", "pool"] = Field(
-        "smollm", description="smollm: SmolLM2-135M-Instruct on this machine; offline: the "
-        "7.4M LM dpsynth trained; openai: an OpenAI-compatible server; hf: a local Hugging "
-        "Face model folder; pool: DP selection among public texts (docs/backends.md)")
-    model: str | None = Field(None, description="openai: the served model's name; hf: a local "
-                              "model folder")
-    base_url: str | list[str] | None = Field(
-        None, description="openai: the server, or a list of servers of the same model: "
-        "requests are spread over them (concurrency each), a failed one is retried on the "
-        "next, and the health check drops a dead one with a warning"
-    )
-    api_key_env: str | None = Field(None, description="environment variable holding the API key")
-    concurrency: int = Field(8, gt=0, description="openai: requests in flight at once")
-    temperature: float | None = Field(
-        None, ge=0, description="default: 0.7 for smollm (at 1.0 a 135M model drifts off "
-        "task: docs/backends.md#smollm), 1.0 for the others")
-    top_p: float | None = Field(None, gt=0, le=1,
-                                description="default: 0.9 for smollm, 1.0 for the others")
-    max_tokens: int = Field(512, gt=0, description="cap on generated tokens per output")
+    name: str = Field(description="the generator: smollm, offline, openai, hf or pool "
+                      "(docs/backends.md)")
     seed: int | None = Field(None, ge=0,
                              description="sampling seed sent to / used by the backend")
-    prompts: str | None = Field(
-        None, description="openai, hf and smollm: a built-in prompt set (generic, small, "
-        "mtsamples, openreview, pubmed) or a path to your own YAML prompt file (.yaml/.yml); "
-        "default: small for smollm, generic for the others; the offline and pool generators "
-        "have no prompt"
-    )
-    batch_size: int | None = Field(None, gt=0, description="hf and smollm: prompts per "
-                                   "forward batch (default: hf 8, smollm 32)")
-    engine: Literal["ct2-int8", "ct2-float32", "torch-float32", "torch-bfloat16",
-                    "torch-int8"] = Field(
-        "ct2-int8", description="smollm: how SmolLM2 runs on the CPU: ct2-int8 (CTranslate2 "
-        "on int8 weights) measured about 3x transformers' float32 generate at +3.5% "
-        "held-out perplexity; ct2-float32 keeps float32's perplexity "
-        "(docs/backends.md#smollm)")
-    threads: int | None = Field(None, gt=0, description="smollm: CPU threads (default: the "
-                                "cores not busy when the generator is built)")
-    int8: bool = Field(False, description="offline: sample on int8 dynamic-quantised "
-                       "weights (about 2x faster; held-out perplexity +0.3%; "
-                       "docs/offline_generator.md)")
-    device: str | None = Field(None, description="hf: torch device (default cpu)")
-    http: HttpConfig = Field(HttpConfig(), description="openai: rate limits, timeouts, retries")
-    price: Price | None = Field(None, description="overrides the built-in price table")
-    dry_run: bool = Field(
-        False, description="count calls and tokens, send nothing, return placeholder text"
-    )
     cache: Path | None = Field(
         None, description="SQLite file caching generations, so reruns pay nothing twice"
     )
-    path: Path | None = Field(
-        None, description="pool: the PUBLIC texts to retrieve from: a .txt file (one text per "
-        "line), a folder of .txt files, or csv/jsonl/parquet/hf with text_column; never the "
-        "private data. Omitted: the shipped pool (Wikipedia, Wikinews, Gutenberg, IMDB, SST-2)"
-    )
-    text_column: str = Field("text", description="pool: the text column of a table")
-    max_texts: int = Field(
-        DEFAULT_MAX_TEXTS, gt=0, description="pool: texts kept (a fixed subsample beyond it)"
-    )
-    candidates: int = Field(
-        DEFAULT_CANDIDATES, gt=0, description="pool: generate draws among this many best "
-        "matches; rewrite at strength 1 takes the candidates-th neighbour"
-    )
-    embedder: EmbedderConfig = Field(
-        EmbedderConfig(), description="pool: the embedder that indexes the pool and embeds "
-        "queries (public text only)"
-    )
-    index_dir: Path | None = Field(
-        None, description="pool: folder for the pool's embeddings (default: beside the pool, "
-        "else ~/.cache/dpsynth/pool)"
-    )
-    edit: GeneratorConfig | None = Field(
-        None, description="pool: an LM that rewrites each retrieved text (AUG-PE style): "
-        "smollm, offline, openai or hf, as a name or a full generator section"
-    )
-    edit_strength: float = Field(
-        0.3, ge=0, le=1, description="pool with edit: how far the editor moves a retrieved text"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_of_this_backend(cls, data: Any) -> Any:
+        return _refuse_other_backends_keys(cls, data, GENERATOR_CONFIGS, "generator")
+
+    def model_post_init(self, context: Any) -> None:
+        _name_is_set(self)
+
+
+class SampledConfig(GeneratorConfig):
+    """A generator that samples from an LM."""
+
+    temperature: float = Field(1.0, ge=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling's top-p")
+
+
+class PromptedConfig(SampledConfig):
+    """A generator that prompts a chat model with a prompt set."""
+
+    max_tokens: int = Field(512, gt=0, description="cap on generated tokens per output")
+    prompts: str | None = Field(
+        None, description="a built-in prompt set (generic, small, mtsamples, openreview, "
+        "pubmed) or a path to your own YAML prompt file (.yaml/.yml); default: small for "
+        "smollm, generic for the others"
     )
 
     @field_validator("prompts")
     @classmethod
     def _a_known_prompt_set(cls, value: str | None) -> str | None:
         """A name that is no built-in set is a typo, found here rather than when the generator
-        is built (or never, for a generator without prompts). Paths are checked on build."""
-        from dpsynth.backends.prompt_sets import builtin_prompt_sets
-
+        is built. Paths are checked on build."""
         if value is None:
             return value
         if Path(value).suffix in (".yaml", ".yml") or "/" in value or "\\" in value:
@@ -177,6 +210,61 @@ class GeneratorConfig(BaseModel):
                              "ends in .yaml")
         return value
 
+    def prompt_set(self) -> str:
+        """The prompt set to load: the one named, else the one written for this backend."""
+        return self.prompts or "generic"
+
+
+class SmolLMConfig(PromptedConfig):
+    """SmolLM2-135M-Instruct on this machine."""
+
+    name: Literal["smollm"] = Field("smollm", description=BACKEND_NAME)
+    temperature: float = Field(
+        SMOLLM_SAMPLING[0], ge=0, description="sampling temperature (at 1.0 a 135M model "
+        "drifts off task: docs/backends.md#smollm)")
+    top_p: float = Field(SMOLLM_SAMPLING[1], gt=0, le=1, description="nucleus sampling's top-p")
+    batch_size: int | None = Field(None, gt=0, description="prompts per forward batch "
+                                   "(default 32)")
+    engine: Literal["ct2-int8", "ct2-float32", "torch-float32", "torch-bfloat16",
+                    "torch-int8"] = Field(
+        "ct2-int8", description="how SmolLM2 runs on the CPU: ct2-int8 (CTranslate2 on int8 "
+        "weights) measured about 3x transformers' float32 generate at +3.5% held-out "
+        "perplexity; ct2-float32 keeps float32's perplexity (docs/backends.md#smollm)")
+    threads: int | None = Field(None, gt=0, description="CPU threads (default: the cores not "
+                                "busy when the generator is built)")
+
+    def prompt_set(self) -> str:
+        return self.prompts or "small"
+
+
+class OfflineConfig(SampledConfig):
+    """The 7.4M LM dpsynth trained, shipped with it (no prompt)."""
+
+    name: Literal["offline"] = Field("offline", description=BACKEND_NAME)
+    model: str | None = Field(None, description="an offline-format model folder (default: the "
+                              "shipped one)")
+    int8: bool = Field(False, description="sample on int8 dynamic-quantised weights (about 2x "
+                       "faster; held-out perplexity +0.3%; docs/offline_generator.md)")
+
+
+class OpenAIChatConfig(PromptedConfig):
+    """An OpenAI-compatible chat server."""
+
+    name: Literal["openai"] = Field("openai", description=BACKEND_NAME)
+    model: str | None = Field(None, description="the served model's name")
+    base_url: str | list[str] | None = Field(
+        None, description="the server, or a list of servers of the same model: requests are "
+        "spread over them (concurrency each), a failed one is retried on the next, and the "
+        "health check drops a dead one with a warning"
+    )
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    concurrency: int = Field(8, gt=0, description="requests in flight at once")
+    http: HttpConfig = Field(HttpConfig(), description="rate limits, timeouts, retries")
+    price: Price | None = Field(None, description="overrides the built-in price table")
+    dry_run: bool = Field(
+        False, description="count calls and tokens, send nothing, return placeholder text"
+    )
+
     @field_validator("base_url")
     @classmethod
     def _some_servers(cls, value: str | list[str] | None) -> str | list[str] | None:
@@ -184,34 +272,78 @@ class GeneratorConfig(BaseModel):
             raise ValueError("a list of base URLs needs at least one, each once")
         return value
 
+
+class HFConfig(PromptedConfig):
+    """A local Hugging Face model folder."""
+
+    name: Literal["hf"] = Field("hf", description=BACKEND_NAME)
+    model: str | None = Field(None, description="the model folder (required)")
+    batch_size: int | None = Field(None, gt=0, description="prompts per forward batch "
+                                   "(default 8)")
+    device: str | None = Field(None, description="torch device (default cpu)")
+
+
+LMChoice = Annotated[SmolLMConfig | OfflineConfig | OpenAIChatConfig | HFConfig,
+                     Field(discriminator="name")]
+"""A generator section that names an LM (a pool's editor)."""
+
+
+class PoolConfig(GeneratorConfig):
+    """DP selection among public texts (docs/backends.md)."""
+
+    name: Literal["pool"] = Field("pool", description=BACKEND_NAME)
+    path: Path | None = Field(
+        None, description="the PUBLIC texts to retrieve from: a .txt file (one text per "
+        "line), a folder of .txt files, or csv/jsonl/parquet/hf with text_column; never the "
+        "private data. Omitted: the shipped pool (Wikipedia, Wikinews, Gutenberg, IMDB, SST-2)"
+    )
+    text_column: str = Field("text", description="the text column of a table")
+    max_texts: int = Field(
+        DEFAULT_MAX_TEXTS, gt=0, description="texts kept (a fixed subsample beyond it)"
+    )
+    candidates: int = Field(
+        DEFAULT_CANDIDATES, gt=0, description="generate draws among this many best matches; "
+        "rewrite at strength 1 takes the candidates-th neighbour"
+    )
+    embedder: EmbedderChoice = Field(
+        MiniLMConfig(), description="the embedder that indexes the pool and embeds queries "
+        "(public text only)"
+    )
+    index_dir: Path | None = Field(
+        None, description="folder for the pool's embeddings (default: beside the pool, else "
+        "~/.cache/dpsynth/pool)"
+    )
+    edit: LMChoice | None = Field(
+        None, description="an LM that rewrites each retrieved text (AUG-PE style): smollm, "
+        "offline, openai or hf, as a name or a full generator section"
+    )
+    edit_strength: float = Field(
+        0.3, ge=0, le=1, description="with edit: how far the editor moves a retrieved text"
+    )
+
+    @field_validator("embedder", mode="before")
+    @classmethod
+    def _embedder_by_name(cls, value: object) -> object:
+        return _named(value, "minilm")
+
     @field_validator("edit", mode="before")
     @classmethod
     def _edit_by_name(cls, value: object) -> object:
-        return {"name": value} if isinstance(value, str) else value
+        if isinstance(value, str):
+            value = {"name": value}
+        if isinstance(value, dict) and value.get("name") == "pool":
+            raise ValueError("edit names an LM (smollm, offline, openai or hf), not another "
+                             "pool")
+        return _named(value, "smollm")
 
-    @model_validator(mode="after")
-    def _sampling_defaults(self) -> GeneratorConfig:
-        """Fill unset sampling parameters with the backend's own defaults."""
-        small = self.name == "smollm"
-        if self.temperature is None:
-            object.__setattr__(self, "temperature", SMOLLM_SAMPLING[0] if small else 1.0)
-        if self.top_p is None:
-            object.__setattr__(self, "top_p", SMOLLM_SAMPLING[1] if small else 1.0)
-        return self
 
-    @model_validator(mode="after")
-    def _edit_only_for_pool(self) -> GeneratorConfig:
-        if self.edit is not None:
-            if self.name != "pool":
-                raise ValueError(f"edit is an option of the pool generator, not of {self.name}")
-            if self.edit.name == "pool" or self.edit.edit is not None:
-                raise ValueError("edit names an LM (smollm, offline, openai or hf), not another "
-                                 "pool")
-        return self
+GENERATOR_CONFIGS: dict[str, type[GeneratorConfig]] = {
+    "smollm": SmolLMConfig, "offline": OfflineConfig, "openai": OpenAIChatConfig,
+    "hf": HFConfig, "pool": PoolConfig}
 
-    def prompt_set(self) -> str:
-        """The prompt set to load: the one named, else the one written for this backend."""
-        return self.prompts or ("small" if self.name == "smollm" else "generic")
+GeneratorChoice = Annotated[SmolLMConfig | OfflineConfig | OpenAIChatConfig | HFConfig
+                            | PoolConfig, Field(discriminator="name")]
+"""A generator section: the model of the backend it names (smollm when it names none)."""
 
 
 class ExecutorConfig(BaseModel):
@@ -258,6 +390,33 @@ class ExecutorConfig(BaseModel):
 class BackendsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    embedder: EmbedderConfig = EmbedderConfig()
-    generator: GeneratorConfig = GeneratorConfig()
+    embedder: EmbedderChoice = MiniLMConfig()
+    generator: GeneratorChoice = SmolLMConfig()
     executor: ExecutorConfig = ExecutorConfig()
+
+    @field_validator("embedder", mode="before")
+    @classmethod
+    def _embedder_by_name(cls, value: object) -> object:
+        return _named(value, "minilm")
+
+    def embedders(self) -> list[tuple[str, EmbedderConfig]]:
+        """Each embedder section with its key path: the run's, and a pool generator's own."""
+        found = [("backends.embedder", self.embedder)]
+        if isinstance(self.generator, PoolConfig):
+            found.append(("backends.generator.embedder", self.generator.embedder))
+        return found
+
+    @field_validator("generator", mode="before")
+    @classmethod
+    def _generator_by_name(cls, value: object) -> object:
+        return _named(value, "smollm")
+
+
+def parse_generator(section: dict[str, Any]) -> GeneratorConfig:
+    """A generator section as YAML gives it (a mapping), validated by its backend's model."""
+    return BackendsConfig(generator=section).generator
+
+
+def parse_embedder(section: dict[str, Any]) -> EmbedderConfig:
+    """An embedder section as YAML gives it (a mapping), validated by its backend's model."""
+    return BackendsConfig(embedder=section).embedder

@@ -1,4 +1,5 @@
-"""Build backends by name from the config: adding a backend is one entry here and a new file.
+"""Build backends by name from the config: adding a backend is a new file, its config model
+in `backends/config.py` (a member of the union of its kind) and one entry here.
 
 A builder takes the config section, with its relative paths already read against `base_dir`
 (the config file's folder). `build_*` wraps the result in the content cache when the section
@@ -9,10 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dpsynth.backends.base import Embedder, Generator
-from dpsynth.backends.config import EmbedderConfig, GeneratorConfig
+from dpsynth.backends.config import (
+    EmbedderConfig,
+    GeneratorConfig,
+    HFConfig,
+    MiniLMConfig,
+    OfflineConfig,
+    OpenAIChatConfig,
+    OpenAIEmbeddingsConfig,
+    PoolConfig,
+    SentenceTransformersConfig,
+    SmolLMConfig,
+    TfidfConfig,
+)
 from dpsynth.errors import ConfigError
 
 C = TypeVar("C", EmbedderConfig, GeneratorConfig)
@@ -31,24 +44,28 @@ def _with_paths_resolved(cfg: C, base_dir: Path | None) -> C:
     prompts = getattr(cfg, "prompts", None)
     if prompts and prompts.endswith((".yaml", ".yml")) and not Path(prompts).is_absolute():
         update["prompts"] = str(base_dir / prompts)
-    if cfg.model and not Path(cfg.model).is_absolute() and (base_dir / cfg.model).exists():
-        update["model"] = str(base_dir / cfg.model)
-    if isinstance(cfg, GeneratorConfig):
+    model = getattr(cfg, "model", None)
+    if model and not Path(model).is_absolute() and (base_dir / model).exists():
+        update["model"] = str(base_dir / model)
+    if isinstance(cfg, PoolConfig):
         update["embedder"] = _with_paths_resolved(cfg.embedder, base_dir)
         if cfg.edit is not None:
             update["edit"] = _with_paths_resolved(cfg.edit, base_dir)
     return cfg.model_copy(update=update) if update else cfg
 
 
-def _minilm(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder, minilm_path
+def _minilm(cfg: MiniLMConfig) -> Embedder:
+    from dpsynth.backends.embedders.sentence_transformer import (
+        SentenceTransformerEmbedder,
+        minilm_path,
+    )
 
     return SentenceTransformerEmbedder(cfg.model or minilm_path(),
                                        batch_size=cfg.batch_size)
 
 
-def _sentence_transformers(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.sentence_transformer import SentenceTransformerEmbedder
+def _sentence_transformers(cfg: SentenceTransformersConfig) -> Embedder:
+    from dpsynth.backends.embedders.sentence_transformer import SentenceTransformerEmbedder
 
     if cfg.model is None:
         raise ConfigError("backends.embedder.model: a sentence-transformers model folder is "
@@ -56,14 +73,14 @@ def _sentence_transformers(cfg: EmbedderConfig) -> Embedder:
     return SentenceTransformerEmbedder(cfg.model, batch_size=cfg.batch_size)
 
 
-def _openai_embedder(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
+def _openai_embedder(cfg: OpenAIEmbeddingsConfig) -> Embedder:
+    from dpsynth.backends.embedders.openai import OpenAIEmbedder
 
     return OpenAIEmbedder(cfg)
 
 
-def _tfidf(cfg: EmbedderConfig) -> Embedder:
-    from dpsynth.backends.tfidf import TfidfEmbedder, read_public_texts
+def _tfidf(cfg: TfidfConfig) -> Embedder:
+    from dpsynth.backends.embedders.tfidf import TfidfEmbedder, read_public_texts
 
     if cfg.fit_texts is None:
         raise ConfigError("backends.embedder.fit_texts: name a PUBLIC text file to fit the "
@@ -71,16 +88,16 @@ def _tfidf(cfg: EmbedderConfig) -> Embedder:
     return TfidfEmbedder(read_public_texts(cfg.fit_texts, cfg.fit_text_column), dim=cfg.dim or 256)
 
 
-def _openai_generator(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.prompt_sets import load_prompt_set
+def _openai_generator(cfg: OpenAIChatConfig) -> Generator:
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
+    from dpsynth.backends.http.chat import OpenAIChatGenerator
 
     return OpenAIChatGenerator(cfg, load_prompt_set(cfg.prompt_set()))
 
 
-def _hf_generator(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.hf import HFGenerator
-    from dpsynth.backends.prompt_sets import load_prompt_set
+def _hf_generator(cfg: HFConfig) -> Generator:
+    from dpsynth.backends.generators.hf import HFGenerator
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
 
     if cfg.model is None:
         raise ConfigError("backends.generator.model: a local Hugging Face model folder is "
@@ -88,14 +105,14 @@ def _hf_generator(cfg: GeneratorConfig) -> Generator:
     return HFGenerator(cfg.model, load_prompt_set(cfg.prompt_set()), cfg)
 
 
-def _smollm(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.prompt_sets import load_prompt_set
+def _smollm(cfg: SmolLMConfig) -> Generator:
+    from dpsynth.backends.generators.prompt_sets import load_prompt_set
     from dpsynth.backends.smollm.generator import SmolLMGenerator
 
     return SmolLMGenerator(load_prompt_set(cfg.prompt_set()), cfg)
 
 
-EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
+EMBEDDERS: dict[str, Callable[[Any], Embedder]] = {
     "minilm": _minilm,
     "sentence-transformers": _sentence_transformers,
     "openai": _openai_embedder,
@@ -103,7 +120,7 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
 }
 
 
-def _offline(cfg: GeneratorConfig) -> Generator:
+def _offline(cfg: OfflineConfig) -> Generator:
     from dpsynth.backends.offline.generator import OfflineGenerator
 
     return OfflineGenerator(cfg.model, temperature=cfg.temperature, top_p=cfg.top_p,
@@ -115,8 +132,8 @@ DEFAULT_POOL = Path(__file__).resolve().parents[1] / "assets" / "pool" / "public
 with its MiniLM embeddings stored beside it."""
 
 
-def _pool(cfg: GeneratorConfig) -> Generator:
-    from dpsynth.backends.pool import PoolGenerator
+def _pool(cfg: PoolConfig) -> Generator:
+    from dpsynth.backends.pool.generator import PoolGenerator
 
     path = cfg.path if cfg.path is not None else DEFAULT_POOL
     pool = PoolGenerator(path, build_embedder(cfg.embedder), text_column=cfg.text_column,
@@ -124,14 +141,14 @@ def _pool(cfg: GeneratorConfig) -> Generator:
                          index_dir=cfg.index_dir)
     if cfg.edit is None:
         return pool
-    from dpsynth.backends.pool_edit import EditedPool
+    from dpsynth.backends.pool.edit import EditedPool
 
     edit = cfg.edit if cfg.edit.seed is not None else cfg.edit.model_copy(
         update={"seed": cfg.seed})
     return EditedPool(pool, build_generator(edit), cfg.edit_strength)
 
 
-GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
+GENERATORS: dict[str, Callable[[Any], Generator]] = {
     "smollm": _smollm,
     "offline": _offline,
     "openai": _openai_generator,
@@ -164,7 +181,8 @@ def build_generator(cfg: GeneratorConfig, base_dir: Path | None = None) -> Gener
     if cfg.cache is not None:
         from dpsynth.backends.cache import CachedGenerator, ContentCache
 
-        generator = CachedGenerator(generator, ContentCache(cfg.cache), read_only=cfg.dry_run)
+        dry_run = isinstance(cfg, OpenAIChatConfig) and cfg.dry_run
+        generator = CachedGenerator(generator, ContentCache(cfg.cache), read_only=dry_run)
     return generator
 
 

@@ -16,6 +16,9 @@ import logging
 from typing import Any
 
 from dpsynth.backends.base import FAILED, BackendError, Embedder, Generator
+from dpsynth.backends.embedders.openai import OpenAIEmbedder
+from dpsynth.backends.generators.prompt_sets import ChatPrompt
+from dpsynth.backends.http.chat import OpenAIChatGenerator
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +33,14 @@ PROBE_TOKENS = 8
 def check_backends(generator: Generator | None = None, embedder: Embedder | None = None) -> None:
     """Raise `BackendError` unless every remote backend given answers one tiny request."""
     if generator is not None:
-        _probe(_unwrap(generator), "generator")
+        _probe(generator.served_by(), "generator")
     if embedder is not None:
-        _probe(_unwrap(embedder), "embedder")
+        _probe(embedder.served_by(), "embedder")
 
 
 def check_outputs(generator: Generator, op: str, results: list[str]) -> None:
     """Raise `BackendError` when a remote generator failed every output of one call."""
-    inner = _unwrap(generator)
+    inner = generator.served_by()
     if not results or not inner.is_remote or any(r != FAILED for r in results):
         return
     error = last_error(inner) or "the server answered with empty texts"
@@ -47,45 +50,28 @@ def check_outputs(generator: Generator, op: str, results: list[str]) -> None:
         "resume")
 
 
-def describe(backend: Any) -> str:
+def describe(backend: Generator | Embedder) -> str:
     """`backends.generator (openai, http://…/v1, model m)`; never a prompt or a key."""
-    backend = _unwrap(backend)
+    backend = backend.served_by()
     kind = "embedder" if isinstance(backend, Embedder) else "generator"
-    cfg, client = getattr(backend, "cfg", None), getattr(backend, "client", None)
-    if client is None or cfg is None:
+    if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
         return f"backends.{kind} ({type(backend).__name__})"
-    return f"backends.{kind} (openai, {client.base_url}, model {cfg.model})"
+    return f"backends.{kind} (openai, {backend.client.base_url}, model {backend.cfg.model})"
 
 
-def last_error(backend: Any) -> str | None:
-    client = getattr(_unwrap(backend), "client", None)
-    return getattr(client, "last_error", None)
-
-
-def _unwrap(backend: Any) -> Any:
-    """The backend under the run's counting, caching and label-naming wrappers."""
-    from dpsynth.backends.cache import CachedEmbedder, CachedGenerator
-    from dpsynth.backends.counting import CountingGenerator
-    from dpsynth.backends.label_names import LabelNamedGenerator
-
-    while isinstance(backend, CountingGenerator | CachedGenerator | CachedEmbedder
-                     | LabelNamedGenerator):
-        backend = backend.inner
-    editor = getattr(backend, "editor", None)  # a pool that edits what it retrieves
-    if isinstance(editor, Generator) and editor.is_remote:
-        return _unwrap(editor)
-    return backend
+def last_error(backend: Generator | Embedder) -> str | None:
+    backend = backend.served_by()
+    if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
+        return None
+    return backend.client.last_error
 
 
 def _probe(backend: Any, kind: str) -> None:
     """Probe each of the backend's servers; with several, drop the dead ones with a warning
     and fail only when none answers."""
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
-
     if not isinstance(backend, OpenAIChatGenerator | OpenAIEmbedder):
         return
-    if getattr(backend.cfg, "dry_run", False):
+    if isinstance(backend, OpenAIChatGenerator) and backend.cfg.dry_run:
         return  # a dry run sends nothing
     urls = backend.client.base_urls
     live = []
@@ -102,9 +88,6 @@ def _probe(backend: Any, kind: str) -> None:
 
 
 def _probe_one(backend: Any, url: str) -> None:
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.openai_embeddings import OpenAIEmbedder
-
     update: dict[str, Any] = {"concurrency": 1, "http": _probe_http(backend.cfg.http),
                               "base_url": url}
     if isinstance(backend, OpenAIChatGenerator):
@@ -131,9 +114,6 @@ def _probe_one(backend: Any, url: str) -> None:
 
 
 def _send(probe: Any) -> None:
-    from dpsynth.backends.openai_chat import OpenAIChatGenerator
-    from dpsynth.backends.prompt_sets import ChatPrompt
-
     if isinstance(probe, OpenAIChatGenerator):
         probe.complete([ChatPrompt(user=PROBE_TEXT, length=1)])
     else:

@@ -103,6 +103,6 @@ def _with_fresh_head(auto_class, path: Path, num_labels: int):
 
 
 def _minilm_folder() -> Path:
-    from dpsynth.backends.sentence_transformer import minilm_path
+    from dpsynth.backends.embedders.sentence_transformer import minilm_path
 
     return minilm_path()

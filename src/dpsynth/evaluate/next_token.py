@@ -48,7 +48,7 @@ def load_tokenizer(path: Path | None = None):
     from tokenizers import Tokenizer
 
     if path is None:
-        from dpsynth.backends.sentence_transformer import minilm_path
+        from dpsynth.backends.embedders.sentence_transformer import minilm_path
 
         path = minilm_path() / "tokenizer.json"
     if not Path(path).is_file():

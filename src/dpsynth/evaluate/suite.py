@@ -26,7 +26,7 @@ from sklearn.decomposition import PCA
 
 from dpsynth import __version__
 from dpsynth.backends.base import Embedder
-from dpsynth.backends.config import EmbedderConfig
+from dpsynth.backends.config import EmbedderChoice, MiniLMConfig
 from dpsynth.errors import InputError
 from dpsynth.evaluate import distributions, fidelity, privacy
 from dpsynth.evaluate.distributions import word_lengths
@@ -48,7 +48,7 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    embedder: EmbedderConfig = EmbedderConfig()
+    embedder: EmbedderChoice = MiniLMConfig()
     text_column: str = "text"
     label_column: str | None = "label"
     seed: int = 0

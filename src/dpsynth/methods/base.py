@@ -76,9 +76,9 @@ class RunContext:
         over from one generation to the next are not embedded again, and a pool's texts are
         read from its stored embeddings when the run embeds with the pool's embedder."""
         missing = [t for t in dict.fromkeys(texts) if t not in self._public_embeddings]
-        stored = getattr(self.generator, "stored_embeddings", None)  # a pool's own vectors
-        if missing and stored is not None:
-            self._public_embeddings.update(stored(missing, self.embedder))
+        if missing:  # a pool's own vectors
+            self._public_embeddings.update(self.generator.stored_embeddings(missing,
+                                                                            self.embedder))
             missing = [t for t in missing if t not in self._public_embeddings]
         if missing:
             self._public_embeddings.update(zip(missing, self.embedder.encode(missing),
@@ -91,9 +91,8 @@ class RunContext:
         """Checkpoint the recipe's public state with the ledger, the noise stream and the
         generator's cache numbering."""
         envelope = {"recipe": state, "state_version": self.state_version,
-                    **self.private.state_dict(), "public_seed": self.seed}
-        if hasattr(self.generator, "state_dict"):
-            envelope["generator"] = self.generator.state_dict()
+                    **self.private.state_dict(), "public_seed": self.seed,
+                    "generator": self.generator.state_dict()}
         self.checkpoints.save(step, envelope)
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.backends import Condition, build_trainable_lm
-from dpsynth.backends.label_names import with_label_names
+from dpsynth.backends.generators.label_names import with_label_names
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet

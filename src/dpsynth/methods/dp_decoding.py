@@ -33,7 +33,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dpsynth.backends.context_lm import SENTENCE_END, SLOT
+from dpsynth.backends.generators.context_lm import SENTENCE_END, SLOT
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import ConfigError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups

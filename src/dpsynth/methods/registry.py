@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dpsynth.config import RecipeConfig
+from typing import TYPE_CHECKING
+
 from dpsynth.methods.base import Recipe
 from dpsynth.methods.ctcl import Ctcl
 from dpsynth.methods.dp_decoding import DpDecoding
@@ -11,6 +12,9 @@ from dpsynth.methods.dpga import Dpga
 from dpsynth.methods.eda import Eda
 from dpsynth.methods.kd_tutor import KdTutor
 from dpsynth.methods.pe import PrivateEvolution
+
+if TYPE_CHECKING:  # the config validates recipe names against RECIPES: it imports this module
+    from dpsynth.config import RecipeConfig
 
 RECIPES: dict[str, type[Recipe]] = {"ctcl": Ctcl, "dp_decoding": DpDecoding,
                                      "dpft": DpFinetune, "dpga": Dpga, "eda": Eda,

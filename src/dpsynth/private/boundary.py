@@ -39,7 +39,7 @@ from dpsynth.private.releases.voting import dp_labelled_votes, dp_nearest_votes
 from dpsynth.private.training.conditioning import Conditioning
 
 if TYPE_CHECKING:
-    from dpsynth.backends.context_lm import ContextLM
+    from dpsynth.backends.generators.context_lm import ContextLM
     from dpsynth.backends.offline.trainable import TrainableLM
     from dpsynth.private.training.state import TrainingCheckpoints
 

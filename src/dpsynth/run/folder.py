@@ -77,6 +77,7 @@ def finished(config: RunConfig, journal: Journal) -> RunOutputs | None:
                          f"({COMPLETE_FILE}, the release journal, {synthetic.name}); use a new "
                          "output folder")
     now, before = _comparable(config), _comparable(done["config"])
+    before["backends"] = _backend_keys(before.get("backends", {}), now["backends"])
     changed = sorted(k for k in now.keys() | before.keys() if not _same(now.get(k),
                                                                        before.get(k)))
     if changed:
@@ -103,6 +104,15 @@ def _comparable(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     for section in RESCORING_SECTIONS:
         dumped.pop(section, None)
     return dumped
+
+
+def _backend_keys(before: Any, now: Any) -> Any:
+    """`before`'s backends section cut to the keys `now`'s has: a dpsynth before per-backend
+    configs recorded every backend's keys in each section, and only the named backend's
+    reached the run (a different backend differs in `name`)."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return {k: _backend_keys(before[k], now[k]) for k in now if k in before}
+    return before
 
 
 def _same(now: Any, before: Any) -> bool:

@@ -7,10 +7,10 @@ import logging
 
 from dpsynth.backends import Embedder, Generator, build_embedder, build_generator
 from dpsynth.backends.base import UnusedGenerator
-from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.counting import CountingGenerator
+from dpsynth.backends.config import GeneratorConfig, SmolLMConfig
+from dpsynth.backends.generators.counting import CountingGenerator
+from dpsynth.backends.generators.label_names import with_label_names
 from dpsynth.backends.health import check_backends
-from dpsynth.backends.label_names import with_label_names
 from dpsynth.config import RunConfig
 from dpsynth.methods.base import Recipe
 
@@ -28,7 +28,7 @@ def build_models(config: RunConfig, recipe: Recipe, seed: int, embedder: Embedde
     generator = CountingGenerator(with_label_names(generator, config.data.label_names))
     if recipe.uses_backend_generator:
         check_backends(generator=generator)
-    elif backends.generator != GeneratorConfig():
+    elif backends.generator != SmolLMConfig():
         log.warning("%s samples the LM it fine-tunes with DP: backends.generator is not used",
                     config.recipe.name)
     embedder = embedder or build_embedder(backends.embedder, base_dir=config.base_dir)

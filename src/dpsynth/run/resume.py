@@ -111,6 +111,5 @@ def _noise_at(noise: NoiseSource, saved: dict[str, Any], config: RunConfig) -> N
 def restore_generator(generator: Generator, resumed: Resumed | None) -> None:
     """The generator's cache numbering as the checkpoint left it, so a restart asks for
     what its replayed releases were computed on."""
-    if resumed is not None and "generator" in resumed[2] and hasattr(generator,
-                                                                     "load_state_dict"):
+    if resumed is not None and "generator" in resumed[2]:
         generator.load_state_dict(resumed[2]["generator"])

@@ -371,7 +371,7 @@ class OfflineGenerator(Generator):
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         """Summed log-probability of each continuation after its prompt, both read as the
         body of a document with no condition."""
-        from dpsynth.backends.scoring import continuation_logprobs
+        from dpsynth.backends.generators.scoring import continuation_logprobs
 
         if len(prompts) != len(continuations):
             raise InputError(f"score: {len(prompts)} prompts but {len(continuations)} "

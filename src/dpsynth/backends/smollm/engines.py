@@ -131,7 +131,7 @@ class TorchEngine:
         return [row[:row.index(self.end)] if self.end in row else row for row in rows]
 
     def logprobs(self, rows, starts):
-        from dpsynth.backends.scoring import continuation_logprobs
+        from dpsynth.backends.generators.scoring import continuation_logprobs
 
         pairs = [(list(r[:s]), list(r[s:])) for r, s in zip(rows, starts, strict=True)]
         return continuation_logprobs(self.model, pairs, self.end,

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpsynth.backends import output_cleaning
 from dpsynth.backends.base import BLANK, FAILED, Condition
-from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.output_cleaning import clean_reply
-from dpsynth.backends.prompt_sets import ChatPrompt, PromptSet
-from dpsynth.backends.prompted import PromptedGenerator, same_length
+from dpsynth.backends.config import SmolLMConfig
+from dpsynth.backends.generators import output_cleaning
+from dpsynth.backends.generators.output_cleaning import clean_reply
+from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
+from dpsynth.backends.generators.prompted import PromptedGenerator, same_length
 from dpsynth.backends.smollm import weights
-from dpsynth.backends.smollm.engines import Engine, load_engine
+from dpsynth.backends.smollm.engines import Engine, TorchEngine, load_engine
 from dpsynth.errors import InputError
 from dpsynth.progress import track
 
@@ -51,7 +51,7 @@ class SmolLMGenerator(PromptedGenerator):
 
     is_remote = False
 
-    def __init__(self, prompts: PromptSet, cfg: GeneratorConfig,
+    def __init__(self, prompts: PromptSet, cfg: SmolLMConfig,
                  engine: Engine | None = None) -> None:
         super().__init__(prompts)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -66,6 +66,7 @@ class SmolLMGenerator(PromptedGenerator):
         self.engine = engine or load_engine(cfg.engine, cfg.threads)
         self._seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
         self._batches = 0
+        self._context_lm = None  # loaded on first use
         self._counts = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "resampled": 0}
 
     def __repr__(self) -> str:
@@ -84,14 +85,13 @@ class SmolLMGenerator(PromptedGenerator):
     def context_lm(self):
         """SmolLM2 in float32 torch (the torch engine's model when that engine runs, else
         loaded once from the same weights): DP decoding reads its next-token distributions."""
-        from dpsynth.backends.context_lm import hf_context_lm
+        from dpsynth.backends.generators.context_lm import hf_context_lm
 
-        if getattr(self, "_context_lm", None) is None:
-            model = getattr(self.engine, "model", None)
-            if getattr(self.engine, "name", "") != "torch-float32":
-                model = None
+        if self._context_lm is None:
+            torch_model = (self.engine.model if isinstance(self.engine, TorchEngine)
+                           and self.engine.name == "torch-float32" else None)
             self._context_lm = hf_context_lm(weights.hf_folder(), "SmolLM2-135M-Instruct:"
-                                             + weights.gguf_digest(), model)
+                                             + weights.gguf_digest(), torch_model)
         return self._context_lm
 
     def state_dict(self) -> dict[str, int]:

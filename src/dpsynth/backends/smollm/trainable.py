@@ -41,7 +41,7 @@ class SmolLMTrainable:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoTokenizer
 
-        from dpsynth.backends.prompt_sets import load_prompt_set
+        from dpsynth.backends.generators.prompt_sets import load_prompt_set
 
         if lora_rank:
             try:
@@ -103,11 +103,11 @@ class SmolLMTrainable:
     def generator(self, folder: Path, temperature: float, top_p: float, seed: int,
                   guidance: float):
         """The `smollm` generator over the trained weights (no guidance: one pass per token)."""
-        from dpsynth.backends.config import GeneratorConfig
+        from dpsynth.backends.config import SmolLMConfig
         from dpsynth.backends.smollm.engines import CT2Engine, free_threads
         from dpsynth.backends.smollm.generator import SmolLMGenerator
 
         del guidance  # validated as 1 by the recipe's params
-        cfg = GeneratorConfig(name="smollm", temperature=temperature, top_p=top_p, seed=seed)
+        cfg = SmolLMConfig(temperature=temperature, top_p=top_p, seed=seed)
         engine = CT2Engine(folder, "int8", free_threads(), "ct2-int8")
         return SmolLMGenerator(self.prompts, cfg, engine=engine)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsynth.backends.context_lm import SLOT, ContextLM
+from dpsynth.backends.generators.context_lm import SLOT, ContextLM
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import DisjointSequences

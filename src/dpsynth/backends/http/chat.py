@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from dpsynth.backends.base import FAILED
-from dpsynth.backends.config import GeneratorConfig
-from dpsynth.backends.deterministic import filler_text
-from dpsynth.backends.openai_http import OpenAIHttpClient, estimate_tokens
-from dpsynth.backends.prices import price_for
-from dpsynth.backends.prompt_sets import ChatPrompt, PromptSet
-from dpsynth.backends.prompted import PromptedGenerator
+from dpsynth.backends.config import OpenAIChatConfig
+from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
+from dpsynth.backends.generators.prompted import PromptedGenerator
+from dpsynth.backends.http.client import OpenAIHttpClient, estimate_tokens
+from dpsynth.backends.http.deterministic import filler_text
+from dpsynth.backends.http.prices import price_for
 from dpsynth.errors import ConfigError
 
 
@@ -25,7 +25,7 @@ class OpenAIChatGenerator(PromptedGenerator):
 
     is_remote = True
 
-    def __init__(self, cfg: GeneratorConfig, prompts: PromptSet) -> None:
+    def __init__(self, cfg: OpenAIChatConfig, prompts: PromptSet) -> None:
         super().__init__(prompts)
         if not cfg.model:
             raise ConfigError("backends.generator.model: name the model the server serves "

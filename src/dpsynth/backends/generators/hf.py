@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from dpsynth.backends.base import BackendError
-from dpsynth.backends.config import GeneratorConfig
+from dpsynth.backends.config import HFConfig
 from dpsynth.backends.fingerprint import folder_digest
-from dpsynth.backends.prompt_sets import ChatPrompt, PromptSet
-from dpsynth.backends.prompted import PromptedGenerator
+from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
+from dpsynth.backends.generators.prompted import PromptedGenerator
 from dpsynth.errors import InputError
 from dpsynth.progress import track
 
@@ -30,7 +30,7 @@ class HFGenerator(PromptedGenerator):
     is_remote = False
 
     def __init__(self, model_path: str | Path, prompts: PromptSet,
-                 cfg: GeneratorConfig) -> None:
+                 cfg: HFConfig) -> None:
         super().__init__(prompts)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
@@ -97,7 +97,7 @@ class HFGenerator(PromptedGenerator):
 
     def context_lm(self):
         """This generator's causal model and tokenizer (DP decoding)."""
-        from dpsynth.backends.context_lm import ContextLM
+        from dpsynth.backends.generators.context_lm import ContextLM
 
         if self.seq2seq:
             raise BackendError(f"{self.model_path}: DP decoding needs a causal LM, this one "
@@ -107,7 +107,7 @@ class HFGenerator(PromptedGenerator):
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         """Summed log-probability of each continuation after its prompt (plain text, no chat
         template), for causal models."""
-        from dpsynth.backends.scoring import continuation_logprobs
+        from dpsynth.backends.generators.scoring import continuation_logprobs
 
         if self.seq2seq:
             raise BackendError(f"{self.model_path}: scoring continuations needs a causal LM, "

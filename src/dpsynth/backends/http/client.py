@@ -35,7 +35,7 @@ import httpx
 
 from dpsynth.backends.base import BackendError
 from dpsynth.backends.config import HttpConfig, Price
-from dpsynth.backends.prices import cost_usd
+from dpsynth.backends.http.prices import cost_usd
 from dpsynth.errors import ConfigError
 from dpsynth.progress import track
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.backends.base import BLANK, Condition, Embedder, Generator
-from dpsynth.backends.pool_index import PoolIndex
-from dpsynth.backends.pool_texts import read_pool_texts
+from dpsynth.backends.pool.index import PoolIndex
+from dpsynth.backends.pool.texts import read_pool_texts
 from dpsynth.errors import InputError
 
 DEFAULT_MAX_TEXTS = 10_000

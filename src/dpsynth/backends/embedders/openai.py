@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from dpsynth.backends.base import BackendError, Embedder
-from dpsynth.backends.config import EmbedderConfig
-from dpsynth.backends.openai_http import OpenAIHttpClient, estimate_tokens
-from dpsynth.backends.prices import price_for
+from dpsynth.backends.config import OpenAIEmbeddingsConfig
+from dpsynth.backends.http.client import OpenAIHttpClient, estimate_tokens
+from dpsynth.backends.http.prices import price_for
 from dpsynth.errors import ConfigError
 from dpsynth.progress import track
 
@@ -25,7 +25,7 @@ class OpenAIEmbedder(Embedder):
 
     is_remote = True
 
-    def __init__(self, cfg: EmbedderConfig) -> None:
+    def __init__(self, cfg: OpenAIEmbeddingsConfig) -> None:
         if not cfg.model:
             raise ConfigError("backends.embedder.model: name the embedding model "
                               "(e.g. text-embedding-3-small)")

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-import numpy as np
-
-from dpsynth.backends.base import Condition, Generator
+from dpsynth.backends.base import Condition, Generator, WrappedGenerator
 
 
 def named_conditions(conditions: Sequence[Condition], names: Mapping[str, str]
@@ -24,28 +21,12 @@ def named_conditions(conditions: Sequence[Condition], names: Mapping[str, str]
             if c.label is not None and c.label in names else c for c in conditions]
 
 
-class LabelNamedGenerator(Generator):
+class LabelNamedGenerator(WrappedGenerator):
     """Forwards every operation to `inner` with each condition's label named."""
 
     def __init__(self, inner: Generator, names: Mapping[str, str]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.names = dict(names)
-        self.is_remote = inner.is_remote
-
-    def __getattr__(self, name: str) -> Any:  # state_dict, stored_embeddings, ... of inner
-        return getattr(self.inner, name)
-
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
-
-    def usage(self) -> dict[str, float]:
-        return self.inner.usage()
-
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
-        return self.inner.score(prompts, continuations)
-
-    def context_lm(self):
-        return self.inner.context_lm()
 
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
         return self.inner.generate(named_conditions(conditions, self.names))

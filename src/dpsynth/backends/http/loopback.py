@@ -7,7 +7,7 @@ answered with 429, 500, 503, 400, 401 or 404, hang past the client's timeout, dr
 connection, answer slowly, or send malformed JSON. It records every request it receives (the
 JSON body and start/end times), so tests can read the prompts and measure real overlap.
 
-    python -m dpsynth.backends.loopback --port 8000 --latency 0.2
+    python -m dpsynth.backends.http.loopback --port 8000 --latency 0.2
     # then: backends.generator: {name: openai, base_url: http://127.0.0.1:8000/v1, model: x}
 """
 
@@ -24,9 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from dpsynth.backends.deterministic import filler_text, hashed_embedding, target_words
-from dpsynth.backends.prompt_sets import ChatPrompt
-from dpsynth.backends.prompted import PromptedGenerator
+from dpsynth.backends.generators.prompt_sets import ChatPrompt
+from dpsynth.backends.generators.prompted import PromptedGenerator
+from dpsynth.backends.http.deterministic import filler_text, hashed_embedding, target_words
 
 FAULTS = ("429", "500", "503", "400", "401", "404", "timeout", "drop", "slow", "malformed",
           "no_choices")
@@ -241,11 +241,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     responder = None
     if args.model:
-        from dpsynth.backends.config import GeneratorConfig
-        from dpsynth.backends.hf import HFGenerator
-        from dpsynth.backends.prompt_sets import load_prompt_set
+        from dpsynth.backends.config import HFConfig
+        from dpsynth.backends.generators.hf import HFGenerator
+        from dpsynth.backends.generators.prompt_sets import load_prompt_set
 
-        cfg = GeneratorConfig(name="hf", model=args.model)
+        cfg = HFConfig(model=args.model)
         responder = model_responder(HFGenerator(args.model, load_prompt_set("generic"), cfg))
     server = LoopbackServer(latency_s=args.latency, embedding_dim=args.dim, port=args.port,
                             responder=responder)

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
-import numpy as np
-
-from dpsynth.backends.base import FAILED, Condition, Generator
+from dpsynth.backends.base import FAILED, Condition, Generator, WrappedGenerator
 from dpsynth.backends.health import check_outputs
 
 log = logging.getLogger(__name__)
 
 
-class CountingGenerator(Generator):
+class CountingGenerator(WrappedGenerator):
     """Forwards every operation to `inner` and counts requested and failed outputs."""
 
     def __init__(self, inner: Generator) -> None:
-        self.inner = inner
-        self.is_remote = inner.is_remote
+        super().__init__(inner)
         self.outputs = {"generate": 0, "rewrite": 0, "fill": 0, "crossover": 0}
         self.failed = 0
-
-    def __getattr__(self, name: str) -> Any:  # state_dict, perplexity, ... of the backend
-        return getattr(self.inner, name)
 
     def _count(self, op: str, results: list[str]) -> list[str]:
         self.outputs[op] += len(results)
@@ -32,18 +25,9 @@ class CountingGenerator(Generator):
         check_outputs(self.inner, op, results)  # a remote backend that failed them all stops
         return results
 
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
-
     def usage(self) -> dict[str, float]:
         return {**self.inner.usage(), **{f"outputs_{op}": n for op, n in self.outputs.items()},
                 "outputs": sum(self.outputs.values()), "outputs_failed": self.failed}
-
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
-        return self.inner.score(prompts, continuations)
-
-    def context_lm(self):
-        return self.inner.context_lm()
 
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
         _announce("generate", conditions)

@@ -10,7 +10,7 @@ from abc import abstractmethod
 from collections.abc import Sequence
 
 from dpsynth.backends.base import Condition, Generator
-from dpsynth.backends.prompt_sets import ChatPrompt, PromptSet
+from dpsynth.backends.generators.prompt_sets import ChatPrompt, PromptSet
 from dpsynth.errors import InputError
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth.backends.base import Condition, Embedder, Generator
-from dpsynth.backends.pool import PoolGenerator
+from dpsynth.backends.pool.generator import PoolGenerator
 
 
 class EditedPool(Generator):
@@ -39,15 +39,17 @@ class EditedPool(Generator):
     def usage(self) -> dict[str, float]:
         return {**self.pool.usage(), **{f"edit_{k}": v for k, v in self.editor.usage().items()}}
 
+    def served_by(self) -> Generator:
+        """The editor where it is remote: the server whose health decides this pool's."""
+        return self.editor.served_by() if self.editor.is_remote else self
+
     def state_dict(self) -> dict[str, Any]:
         """Both parts' sampling positions, for checkpoints."""
-        return {"pool": self.pool.state_dict(),
-                "edit": self.editor.state_dict() if hasattr(self.editor, "state_dict") else {}}
+        return {"pool": self.pool.state_dict(), "edit": self.editor.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pool.load_state_dict(state["pool"])
-        if hasattr(self.editor, "load_state_dict"):
-            self.editor.load_state_dict(state["edit"])
+        self.editor.load_state_dict(state["edit"])
 
     def stored_embeddings(self, texts: Sequence[str], embedder: Embedder
                           ) -> dict[str, np.ndarray]:

@@ -30,8 +30,8 @@ PLACEHOLDERS = frozenset(
 
 
 def builtin_prompt_sets() -> list[str]:
-    """Names of the prompt sets shipped in `dpsynth/backends/prompts/`."""
-    folder = resources.files("dpsynth.backends") / "prompts"
+    """Names of the prompt sets shipped in `dpsynth/backends/generators/prompts/`."""
+    folder = resources.files("dpsynth.backends.generators") / "prompts"
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir()
                   if p.name.endswith(".yaml"))
 
@@ -122,7 +122,7 @@ def load_prompt_set(spec: str | Path) -> PromptSet:
         if str(spec) not in builtin_prompt_sets():
             raise ConfigError(f"backends.generator.prompts: '{spec}' is neither a file nor a "
                               f"built-in set ({', '.join(builtin_prompt_sets())})")
-        res = resources.files("dpsynth.backends") / "prompts" / f"{spec}.yaml"
+        res = resources.files("dpsynth.backends.generators") / "prompts" / f"{spec}.yaml"
         text, source = res.read_text(encoding="utf-8"), f"built-in prompt set '{spec}'"
     try:
         raw = yaml.safe_load(text)
