@@ -227,7 +227,8 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path, labels: list[str],
                 "data": {"path": str((data / "train.csv").resolve()), "label_column": "label",
                          "labels": labels},
                 "budget": {"epsilon": epsilon},
-                "recipe": {"name": recipe, "params": _params_for(recipe, args.recipe_params)},
+                "recipe": {"name": recipe, "params": _params_for(recipe, args.recipe_params,
+                                                                  args.n_synthetic)},
                 "backends": {"embedder": {"name": args.embedder},
                              "generator": _generator(args)},
                 "output": {"dir": str(out), "format": "csv"},
@@ -280,10 +281,13 @@ def _reported(run_dir: Path) -> dict[str, float]:
     return {key: float(last[key]) for key in REPORTED if key in last}
 
 
-def _params_for(recipe: str, raw: str) -> dict:
-    """`--recipe-params` is one params object for every recipe, or one per recipe name."""
+def _params_for(recipe: str, raw: str, n: int) -> dict:
+    """`--recipe-params` is one params object for every recipe, or one per recipe name; a
+    recipe's output size is n unless they set it (its own default is the private set's size,
+    and every row is scored at the same n)."""
     params = json.loads(raw)
-    return params.get(recipe, {}) if set(params) & set(RECIPES) else params
+    params = params.get(recipe, {}) if set(params) & set(RECIPES) else params
+    return {"n_output": n} | params
 
 
 def _generator_calls(run_dir: Path) -> int | None:

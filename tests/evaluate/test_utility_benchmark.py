@@ -198,3 +198,14 @@ def test_grid_metrics_gathers_every_recipe_row_with_its_file(bench, tmp_path, mo
     for row, (_, expected) in zip(body, table.iloc[1:].iterrows(), strict=True):
         assert row[4] == f"{expected['accuracy_mean']:.3f} ± {expected['accuracy_std']:.3f}"
         assert row[-1] == "utility-tiny.csv"
+
+
+def test_every_recipe_row_is_made_at_the_benchmarks_n_unless_its_params_say(bench):
+    """A recipe's own default output size is the private set's; the benchmark compares rows
+    at one n."""
+    assert bench._params_for("pe", '{"iterations": 1}', 150) == {"n_output": 150,
+                                                                  "iterations": 1}
+    assert bench._params_for("pe", '{"pe": {"n_output": 40}, "dpga": {}}', 150) == {
+        "n_output": 40}
+    assert bench._params_for("dpga", '{"pe": {"n_output": 40}, "dpga": {}}', 150) == {
+        "n_output": 150}
