@@ -1,7 +1,7 @@
 """How often SmolLM2 does what each generator operation asks, on public text, before and after
 the prompt set and output cleaning written for it (issue 41, part 3).
 
-    python benchmarks/smollm_on_task.py [--n 50] [--seed 0] [--samples FILE]
+    python benchmarks/smollm_on_task.py [--n 50] [--seed 0] [--samples FILE] [--dpga]
 
 Before: the generic prompt set, the model's reply as it comes (stripped), as the hf backend
 returns it, at hf's default sampling (temperature 1, top-p 1); then the same at smollm's
@@ -10,7 +10,9 @@ default sampling, to tell the two changes apart. After: the smollm generator as 
 continuation). Inputs are public: ag_news' label names and IMDB test
 reviews (first sentences), the reviews' labels named "positive/negative movie review". An
 output is on task when `on_task` says so; its rule was checked by reading the outputs
-written to --samples.
+written to --samples. `--dpga` asks the shipped generator only, with the inputs shaped as
+dpga's operators send them: fill blanks each word with probability DpgaParams.fill_mask_rate
+(runs of blanks merged, `mask_words`), not one word in five.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import os
 import random
 import re
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT.parent / "shared" / "data" / "imdb" / "test.csv"
@@ -60,7 +64,7 @@ def on_task(op: str, output: str, source: str | list[str], target: int) -> bool:
     return len(shared) >= 0.2 * min(len(set(out)), 30)
 
 
-def inputs(n: int, rng: random.Random):
+def inputs(n: int, rng: random.Random, mask_rate: float | None = None):
     import pandas as pd
 
     from dpsynth.backends.base import Condition
@@ -77,11 +81,18 @@ def inputs(n: int, rng: random.Random):
            for i in range(n)]
     rewrite = [(t, Condition(label=y, length=len(t.split()))) for t, y in snippets[:n]]
     fill = []
+    masks = np.random.default_rng(0)
     for text, label in snippets[:n]:
         tokens = text.split()
-        for i in rng.sample(range(1, len(tokens)), max(1, len(tokens) // 5)):
-            tokens[i] = "_"
-        fill.append((" ".join(tokens), Condition(label=label, length=len(tokens))))
+        if mask_rate is None:
+            for i in rng.sample(range(1, len(tokens)), max(1, len(tokens) // 5)):
+                tokens[i] = "_"
+            masked = " ".join(tokens)
+        else:
+            from dpsynth.methods.parts.toolbox import mask_words
+
+            masked = mask_words(text, mask_rate, masks)
+        fill.append((masked, Condition(label=label, length=len(tokens))))
     pairs = [(snippets[i][0], snippets[i + 1][0]) for i in range(0, 2 * n - 1, 2)]
     cross = [([a, b], Condition(label=snippets[2 * i][1],
                                 length=(len(a.split()) + len(b.split())) // 2))
@@ -120,6 +131,8 @@ def main() -> None:
     parser.add_argument("--samples", type=Path, default=None)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--dpga", action="store_true", help="the shipped generator only, on "
+                        "inputs shaped as dpga's operators send them")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from dpsynth.backends.config import SmolLMConfig
@@ -127,13 +140,17 @@ def main() -> None:
     from dpsynth.backends.smollm.generator import SmolLMGenerator
 
     print(f"load at start: {os.getloadavg()}", flush=True)
-    data = inputs(args.n, random.Random(args.seed))
-    cfg = SmolLMConfig(seed=args.seed, temperature=args.temperature,
-                       top_p=args.top_p)
+    from dpsynth.methods.dpga import DpgaParams
+
+    data = inputs(args.n, random.Random(args.seed),
+                  DpgaParams().fill_mask_rate if args.dpga else None)
+    sampling = {"temperature": args.temperature, "top_p": args.top_p}
+    cfg = SmolLMConfig(seed=args.seed, **{k: v for k, v in sampling.items() if v is not None})
     shipped = SmolLMGenerator(load_prompt_set(cfg.prompt_set()), cfg)
     generic = load_prompt_set("generic")
     old = cfg.model_copy(update={"temperature": 1.0, "top_p": 1.0})  # hf's defaults
-    runs = {
+    runs = {"dpga's operators: smollm as shipped, fill masking as dpga does":
+            run(shipped, False, data)} if args.dpga else {
         "before: generic prompts, raw reply, T 1.0 / top-p 1.0":
             run(SmolLMGenerator(generic, old, engine=shipped.engine), True, data),
         f"generic prompts, raw reply, T {cfg.temperature} / top-p {cfg.top_p}":
