@@ -16,7 +16,9 @@ same downstream model (logistic regression on embeddings) and the same seeds. Ro
   `calls_per_kept` is generator calls per synthetic record kept (dpga's paper spends 41).
   `--in-process` makes the same run by `dpsynth.synthesize` in this process instead, with one
   embedder for every run that embeds each text once (`Memo`): a grid then embeds the private
-  split once, not once per recipe, ε and seed, and `wall_s` leaves that embedding out.
+  split once, not once per recipe, ε and seed; so the invocation's first recipe run's
+  `wall_s` holds that embedding and the later runs' do not (compare wall times from the
+  second run on).
 
 A row that cannot run (no recipe yet, no generator) is written with its reason, never with a
 made-up number. Writes utility-DATASET.md and utility-DATASET.csv (mean ± std over seeds).
