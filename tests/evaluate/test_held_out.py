@@ -4,6 +4,7 @@ import json
 
 import pandas as pd
 import pytest
+from sklearn.metrics import f1_score
 
 from dpsynth.config import parse_config
 from dpsynth.errors import ConfigError
@@ -37,7 +38,11 @@ def test_the_synthetic_set_is_scored_on_the_held_out_records(tmp_path):
     assert score.majority == pytest.approx(9 / 15)
     assert score.accuracy == pytest.approx(1.0)  # the labels' words separate them
     assert score.n_held_out == 15
+    assert score.macro_f1 == pytest.approx(1.0)
+    constant = f1_score(held["label"], [held["label"].mode()[0]] * 15, average="macro")
+    assert score.majority_macro_f1 == pytest.approx(constant)  # 2·0.6 / (1.6·2)
     assert "computed from that split" in score.line() and "held.csv" in score.line()
+    assert "macro-F1 1.000" in score.line() and f"macro-F1 {constant:.3f}" in score.line()
     metrics = json.loads((tmp_path / "out" / "eval" / "metrics.json").read_text())
     assert metrics["meta"]["real_test"]["private"] is True
 

@@ -1,4 +1,7 @@
-"""What the data is worth, in one line: downstream accuracy on the user's held-out records.
+"""What the data is worth, in one line: downstream accuracy and macro-F1 on the user's
+held-out records, each beside always answering the most common label (on skewed labels a
+set whose classifier answers the majority for everything matches its accuracy and falls far
+below on macro-F1: issue 41).
 
 A classifier trained on the synthetic set is scored on real labelled records the run never
 read (`held_out.path`). The figure depends on those records, so it is reported as computed
@@ -22,15 +25,19 @@ from dpsynth.evaluate.tables import read_text_table
 @dataclass(frozen=True)
 class HeldOutScore:
     accuracy: float
+    macro_f1: float
     majority: float
     """The accuracy of always answering the held-out records' most common label."""
+    majority_macro_f1: float
+    """Its macro-F1: 2s / ((1 + s)·K) for a majority share s of K labels."""
     n_held_out: int
     path: Path
 
     def line(self) -> str:
-        return (f"downstream accuracy {self.accuracy:.3f} on the {self.n_held_out} held-out "
-                f"records of {self.path.name} (always answering the most common label: "
-                f"{self.majority:.3f}; computed from that split, not a DP release)")
+        return (f"downstream accuracy {self.accuracy:.3f}, macro-F1 {self.macro_f1:.3f} on the "
+                f"{self.n_held_out} held-out records of {self.path.name} (always answering the "
+                f"most common label: {self.majority:.3f}, macro-F1 "
+                f"{self.majority_macro_f1:.3f}; computed from that split, not a DP release)")
 
 
 SCORED = "held_out.json"
@@ -78,5 +85,7 @@ def _score(config: RunConfig, path: Path, synthetic: Path) -> HeldOutScore:
     result = evaluate(read_text_table(synthetic), test, config=eval_config, embedder=embedder,
                       output=config.output.dir / "eval")
     counts = Counter(test.labels)
-    return HeldOutScore(result.metrics["utility"]["classification"]["accuracy"],
-                        max(counts.values()) / len(test.labels), len(test.labels), path)
+    share = max(counts.values()) / len(test.labels)
+    scores = result.metrics["utility"]["classification"]
+    return HeldOutScore(scores["accuracy"], scores["macro_f1"], share,
+                        2 * share / ((1 + share) * len(counts)), len(test.labels), path)
