@@ -323,7 +323,8 @@ class PrivacyLedger:
         return self._compose(self._total, event).epsilon(self.delta)
 
     def spent_rdp(self) -> float:
-        """Composed ε by the RDP accountant: the cross-check, an upper bound looser than PLD."""
+        """Composed ε by the RDP accountant alone: the cross-check (looser than PLD, except
+        where bounded-range draws make it the bound `spent` uses)."""
         return rdp_epsilon([c.event for c in self.charges], self.delta)
 
     def breakdown(self) -> dict[str, dict[str, Any]]:

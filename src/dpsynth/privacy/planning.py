@@ -244,6 +244,7 @@ def plan_table(plan: BudgetPlan, title: str = "privacy plan") -> Table:
     table.add_row("total", "", "", "", "", "", f"{plan.epsilon_composed:.4g}",
                   f"δ={plan.delta:.3g}", style="bold")
     if math.isfinite(plan.epsilon_rdp):
-        table.caption = (f"RDP cross-check: ε ≤ {plan.epsilon_rdp:.4g}, a looser bound on the "
-                         "same releases (the ledger spends by the PLD total above)")
+        table.caption = (f"RDP cross-check: ε ≤ {plan.epsilon_rdp:.4g} by the RDP accountant "
+                         "alone; the ledger spends the total above (PLD, or RDP where "
+                         "bounded-range draws make that smaller)")
     return table
