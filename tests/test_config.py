@@ -136,6 +136,19 @@ def test_files_read_as_public_are_neither_the_private_data_nor_the_held_out(tmp_
         parse_config(raw, "run.yaml", base_dir=tmp_path)
 
 
+def test_null_sampling_settings_are_each_backends_own_defaults():
+    """`temperature: null` meant the backend's default before per-backend configs, and still
+    does: 0.7 / 0.9 for smollm, 1.0 / 1.0 for the offline LM."""
+    for name, expected in (("smollm", (0.7, 0.9)), ("offline", (1.0, 1.0))):
+        raw = {**BASE, "backends": {"generator": {"name": name, "temperature": None,
+                                                  "top_p": None}}}
+        generator = parse_config(raw).backends.generator
+        assert (generator.temperature, generator.top_p) == expected
+    raw = {**BASE, "backends": {"generator": {"name": "smollm", "temperature": -1}}}
+    with pytest.raises(ConfigError, match="temperature"):
+        parse_config(raw)
+
+
 def test_a_key_of_another_backend_names_the_key_and_both_backends():
     """Each backend section takes its own keys (a discriminated union on `name`)."""
     raw = {**BASE, "backends": {"generator": {"name": "offline", "engine": "ct2-float32"}}}

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dpsynth.backends.generators.prompt_sets import builtin_prompt_sets
 from dpsynth.backends.pool.generator import DEFAULT_CANDIDATES, DEFAULT_MAX_TEXTS
@@ -183,6 +190,12 @@ class SampledConfig(GeneratorConfig):
 
     temperature: float = Field(1.0, ge=0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling's top-p")
+
+    @field_validator("temperature", "top_p", mode="before")
+    @classmethod
+    def _none_is_the_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """`null` asks for the backend's own default, as before per-backend configs."""
+        return cls.model_fields[info.field_name].default if value is None else value
 
 
 class PromptedConfig(SampledConfig):
