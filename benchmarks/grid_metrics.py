@@ -1,17 +1,20 @@
 """Every metric of the recipe rows in `benchmarks/utility.py` result files, as one table.
 
     python benchmarks/grid_metrics.py benchmarks/results/utility-trec-n1000-*.csv
+    python benchmarks/grid_metrics.py --grid benchmarks/results/grid.csv > grid.md
 
 The grid (results/grid-n1000.md) quotes accuracy; issue 19 also asks for macro-F1, kNN
 precision and recall, wall time and generator calls per kept record. Those are in each
 cell's CSV; this gathers them so the grid's cells can be read side by side, one row per
-(file, recipe, ε), the file named so every figure traces back to its run.
+(file, recipe, ε), the file named so every figure traces back to its run. `--grid` renders the
+one-line-per-seed grid file `utility.py --grid` appends to: mean ± std over its seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import re
 from pathlib import Path
 
@@ -48,10 +51,54 @@ def rows(paths: list[Path]) -> list[list[str]]:
     return sorted(out, key=lambda r: (r[0], r[1], float(r[2]) if r[2] else 0.0))
 
 
+def grid_rows(path: Path) -> list[list[str]]:
+    """One row per (set, recipe, generator, ε, n, params) of a grid file, over its seeds."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        lines = list(csv.DictReader(handle))
+    cells: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for line in lines:
+        key = tuple(line[k] for k in ("dataset", "recipe", "generator", "epsilon", "n",
+                                      "params"))
+        cells.setdefault(key, []).append(line)
+    out = []
+    for (dataset, recipe, generator, eps, n, params), seeds in cells.items():
+        kept = [float(s["kept"]) for s in seeds]
+        calls = [float(s["generator_calls"]) / k if s["generator_calls"] and k else math.nan
+                 for s, k in zip(seeds, kept, strict=True)]
+        out.append([dataset, recipe, generator, eps, n, str(len(seeds)),
+                    *(spread([float(s[m]) for s in seeds], 3) for m in ("accuracy", "macro_f1")),
+                    spread([float(s["wall_s"]) for s in seeds], 0), spread(calls, 1),
+                    seeds[0]["majority"], params])
+    order = {"real": 0, "generator_only": 1}
+    return sorted(out, key=lambda r: (r[0], order.get(r[1], 2), r[1], r[2],
+                                      float(r[3]) if r[3] else 0.0))
+
+
+def spread(values: list[float], digits: int) -> str:
+    """`mean ± std` (sample std; one seed: the value alone, NaN-free values only)."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return ""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", type=Path, help="utility-*.csv result files")
+    parser.add_argument("files", nargs="*", type=Path, help="utility-*.csv result files")
+    parser.add_argument("--grid", type=Path, help="a grid file (utility.py --grid)")
     args = parser.parse_args()
+    if args.grid:
+        header = ["set", "recipe", "generator", "ε", "n", "seeds", "accuracy", "macro_f1",
+                  "wall_s", "calls_per_kept", "majority", "params"]
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for row in grid_rows(args.grid):
+            print("| " + " | ".join(row) + " |")
+        return
     header = ["set", "recipe", "ε", "seeds", *COLUMNS, "file"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

@@ -3,7 +3,7 @@
     python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
         [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
         [--generator offline|pool|pool:PATH [--pool-max-texts N] [--edit offline]]
-        [--tag NAME] [--keep-runs DIR] [--no-lower-bound]
+        [--tag NAME] [--keep-runs DIR] [--no-lower-bound] [--grid results/grid.csv]
 
 Every row is scored the same way: the same embedder (MiniLM), the same real test sample, the
 same downstream model (logistic regression on embeddings) and the same seeds. Rows:
@@ -22,13 +22,19 @@ same downstream model (logistic regression on embeddings) and the same seeds. Ro
 
 A row that cannot run (no recipe yet, no generator) is written with its reason, never with a
 made-up number. Writes utility-DATASET.md and utility-DATASET.csv (mean ± std over seeds).
+
+`--grid FILE` also appends one line per (row, ε, seed) to a machine-readable grid (`Grid`),
+and a cell already there is read back instead of run: a grid too big for one session fills
+up over several, and `grid_metrics.py --grid FILE` renders it.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -114,6 +120,71 @@ class Memo(Embedder):
         return np.stack([memo[text] for text in texts])
 
 
+class Grid:
+    """The grid file: one line per cell (set, recipe, generator, ε, seed, n, params), with the
+    commit, the load and the date it was measured at, so cells made in different sessions (or
+    on different machines) stay comparable line by line."""
+
+    KEY = ("dataset", "recipe", "generator", "epsilon", "seed", "n", "params")
+    COLUMNS = (*KEY, "accuracy", "macro_f1", "wall_s", "generator_calls", "kept", "majority",
+               "commit", "load", "date")
+
+    def __init__(self, path: Path, args: argparse.Namespace, majority: float) -> None:
+        self.path, self.args, self.majority = path, args, majority
+        done = pd.read_csv(path, dtype=str, keep_default_na=False) if path.exists() else None
+        self.done = {} if done is None else {tuple(r[k] for k in self.KEY): r
+                                             for r in done.to_dict("records")}
+
+    def key(self, name: str, eps: str, seed: int) -> tuple[str, ...]:
+        recipe = GRID_ROWS.get(name, name)
+        bound = recipe in GRID_ROWS.values()
+        params = "{}" if bound else json.dumps(
+            _params_for(recipe, self.args.recipe_params, self.args.n_synthetic), sort_keys=True)
+        generator = "" if recipe == "real" else self.args.generator + (
+            f"+{self.args.edit}" if self.args.edit else "")
+        return (self.args.dataset, recipe, generator, "" if recipe == "real" else eps,
+                str(seed), str(self.args.n_synthetic), params)
+
+    def measured(self, key: tuple[str, ...]) -> dict[str, float] | None:
+        """A cell measured before, as the metrics `main` collects (blank figures are NaN)."""
+        line = self.done.get(key)
+        if line is None:
+            return None
+        figures = ("accuracy", "macro_f1", "wall_s", "generator_calls")
+        metrics = {col: float(line[col]) if line[col] else math.nan for col in figures}
+        metrics["calls_per_kept"] = (metrics["generator_calls"] / float(line["kept"])
+                                     if line["kept"] and metrics["generator_calls"] else None)
+        return metrics
+
+    def add(self, key: tuple[str, ...], metrics: dict, kept: int) -> None:
+        calls = metrics.get("generator_calls")
+        line = dict(zip(self.KEY, key, strict=True)) | {
+            "accuracy": f"{metrics['accuracy']:.4f}", "macro_f1": f"{metrics['macro_f1']:.4f}",
+            "wall_s": f"{metrics['wall_s']:.1f}",
+            "generator_calls": "" if calls is None else str(int(calls)), "kept": str(kept),
+            "majority": f"{self.majority:.4f}", "commit": _commit(),
+            "load": f"{os.getloadavg()[0]:.1f}",
+            "date": time.strftime("%Y-%m-%dT%H:%M", time.gmtime())}
+        new = not self.path.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self.COLUMNS)
+            if new:
+                writer.writeheader()
+            writer.writerow(line)
+        self.done[key] = line
+
+
+GRID_ROWS = {"real train (upper bound)": "real",
+             "generator, no private data (lower bound)": "generator_only"}
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, cwd=ROOT)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 @dataclass
 class Row:
     name: str
@@ -146,10 +217,17 @@ def main(argv: list[str] | None = None) -> None:
             producers.append((recipe, eps, _recipe_runner(recipe, float(eps), data, labels,
                                                           args, memo)))
 
+    grid = Grid(Path(args.grid), args, _majority_share(test)) if args.grid else None
     rows = []
     for name, eps, produce in producers:
         row = Row(name, "∞" if eps == "inf" else eps)
         for seed in args.seeds:
+            key = grid.key(name, eps, seed) if grid else ()
+            if grid and (earlier := grid.measured(key)) is not None:
+                row.runs.append(earlier)
+                print(f"{name} ε={row.epsilon} seed={seed}: in {args.grid} already",
+                      file=sys.stderr)
+                continue
             started = time.perf_counter()
             try:
                 produced = produce(seed)
@@ -167,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
                            calls_per_kept=calls / len(produced.table) if calls else None,
                            **produced.reported)
             row.runs.append(metrics)
+            if grid:
+                grid.add(key, metrics, len(produced.table))
             print(f"{name} ε={row.epsilon} seed={seed}: accuracy "
                   f"{metrics['accuracy']:.4f}, {wall:.1f}s", file=sys.stderr)
         rows.append(row)
@@ -321,10 +401,13 @@ def _get(metrics: dict, path: tuple[str, ...]) -> float:
 def _majority(test: TextTable) -> str:
     """The accuracy of always answering the test sample's most common label: the floor a
     classifier must beat to have learned anything."""
-    labels = pd.Series(test.labels)
-    top = labels.value_counts()
+    top = pd.Series(test.labels).value_counts()
     return (f"Always answering the test sample's most common label ({top.index[0]}) scores "
-            f"accuracy {top.iloc[0] / len(labels):.3f}.\n\n")
+            f"accuracy {_majority_share(test):.3f}.\n\n")
+
+
+def _majority_share(test: TextTable) -> float:
+    return float(pd.Series(test.labels).value_counts().iloc[0] / len(test.labels))
 
 
 def _write(rows: list[Row], args: argparse.Namespace, n_test: int, floor: str = "") -> None:
@@ -405,6 +488,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep-runs", default="", help="keep every run folder under this "
                         "directory (default: deleted after scoring); a finished run found there "
                         "is scored again instead of rerun, and an unfinished one resumes")
+    parser.add_argument("--grid", default="", help="append every cell to this grid CSV "
+                        "(e.g. benchmarks/results/grid.csv) and skip the cells it holds")
     return parser.parse_args(argv)
 
 

@@ -209,3 +209,50 @@ def test_every_recipe_row_is_made_at_the_benchmarks_n_unless_its_params_say(benc
         "n_output": 40}
     assert bench._params_for("dpga", '{"pe": {"n_output": 40}, "dpga": {}}', 150) == {
         "n_output": 150}
+
+
+def test_the_grid_file_holds_a_line_per_seed_and_a_second_invocation_reads_it_back(
+        bench, tmp_path, monkeypatch, hashing_embedder, capsys):
+    _dataset(tmp_path)
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: Evolving())
+    grid_file = tmp_path / "grid.csv"
+    argv = ["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1",
+            "--seeds", "0,1", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
+            "--in-process", "--recipe-params", '{"iterations": 2}', "--out",
+            str(tmp_path / "out"), "--grid", str(grid_file)]
+    bench.main(argv)
+    grid = pd.read_csv(grid_file, dtype=str, keep_default_na=False)
+    assert list(grid.columns) == list(bench.Grid.COLUMNS)
+    assert list(grid["recipe"]) == ["real", "real", "generator_only", "generator_only",
+                                    "pe", "pe"]
+    assert list(grid["seed"]) == ["0", "1"] * 3
+    (majority,) = set(grid["majority"])  # the test sample's, as the result file states it
+    assert set(grid["n"]) == {"20"}
+    assert f"accuracy {float(majority):.3f}" in (tmp_path / "out" / "utility-tiny.md").read_text()
+    pe = grid[grid["recipe"] == "pe"]
+    assert set(pe["params"]) == {'{"iterations": 2, "n_output": 20}'}
+    assert set(pe["generator"]) == {"offline"} and set(pe["epsilon"]) == {"1"}
+    assert (grid[grid["recipe"] == "real"]["generator"] == "").all()
+    first = pd.read_csv(tmp_path / "out" / "utility-tiny.csv")
+
+    def no_generator(cfg):
+        raise AssertionError("a cell in the grid was made again")
+
+    monkeypatch.setitem(factory.GENERATORS, "offline", no_generator)
+    bench.main(argv + ["--seeds", "0,1"])
+    assert len(pd.read_csv(grid_file)) == 6  # nothing appended twice
+    again = pd.read_csv(tmp_path / "out" / "utility-tiny.csv")
+    for column in ("accuracy_mean", "macro_f1_mean"):
+        assert again[column].round(4).tolist() == first[column].round(4).tolist()
+
+    spec = importlib.util.spec_from_file_location("grid_metrics",
+                                                  SCRIPT.with_name("grid_metrics.py"))
+    metrics = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(metrics)
+    monkeypatch.setattr(sys, "argv", ["grid_metrics.py", "--grid", str(grid_file)])
+    capsys.readouterr()
+    metrics.main()
+    body = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[1] for row in body] == ["real", "generator_only", "pe"]
+    assert all(row[5] == "2" and " ± " in row[6] for row in body)
