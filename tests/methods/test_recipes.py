@@ -205,12 +205,14 @@ def test_an_interrupted_run_replays_its_releases_and_charges_each_once(tmp_path,
 
 def test_a_kill_before_the_first_checkpoint_forgets_no_release(tmp_path, tickets):
     config = make_config(tmp_path, tickets, "dpga", out="early")
-    with pytest.raises(_Crash):  # the first keyword probe: metadata released, no checkpoint
-        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(1))
+    with pytest.raises(_Crash):  # the first generation after the 4 public keyword probes:
+        # metadata released, no checkpoint yet
+        run(config, embedder=HashEmbedder(), generator=CrashingGenerator(4 + 1))
     assert not list((tmp_path / "early" / "checkpoints").glob("step-*"))
     before, _ = _journal(tmp_path / "early")
     assert [c["stage"] for c in before] == ["length_range_svt", "length_range_svt",
-                                            "label_histogram", "length_histogram"]
+                                            "label_histogram", "length_histogram",
+                                            "keyword_histogram"]
     resumed = run(config, embedder=HashEmbedder(), generator=RecordingGenerator())
     after, _ = _journal(tmp_path / "early")
     assert after[: len(before)] == before

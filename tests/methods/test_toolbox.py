@@ -15,6 +15,13 @@ def test_allocate_splits_exactly_in_proportion_with_a_minimum():
     assert allocate(7, np.array([1.0, 0.0]), minimum=0).tolist() == [7, 0]
 
 
+def test_allocate_splits_evenly_when_every_probability_is_zero():
+    """DP probabilities can all come out 0 (dpga's labels from votes): an even split, not a
+    negative overflow after a division by zero."""
+    assert allocate(7, np.zeros(3), minimum=0).tolist() == [3, 2, 2]
+    assert allocate(7, np.zeros(3)).sum() == 7
+
+
 @pytest.mark.parametrize("total", [0, 1, 3, 17, 100])
 def test_allocate_always_sums_to_the_total(total):
     rng = np.random.default_rng(total)

@@ -182,11 +182,11 @@ class PrivateDataset:
             log.warning("private texts are being sent to a remote embedder (explicit opt-in)")
         encode = getattr(embedder, "encode_private", embedder.encode)
         texts = self.texts(Access.LOCAL_EMBEDDING)
-        first = encode(texts[:block_rows])  # its width is the embedder's dimension
+        first = _finite(encode(texts[:block_rows]))  # its width is the embedder's dimension
         out = scratch_array(len(texts), first.shape[1], in_memory_bytes)
         out[: len(first)] = first
         for start in range(block_rows, len(texts), block_rows):
-            out[start : start + block_rows] = encode(texts[start : start + block_rows])
+            out[start : start + block_rows] = _finite(encode(texts[start : start + block_rows]))
         return out
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> PrivateDataset:
@@ -200,3 +200,12 @@ class PrivateDataset:
         out.records_per_unit = self.records_per_unit
         out._public_units = None  # a part's count is used inside the boundary only
         return out
+
+
+def _finite(block: np.ndarray) -> np.ndarray:
+    """A record whose embedding is not finite (a custom or remote embedder's failure on its
+    text) is read as the zero vector: a fixed rule, so the record cannot make a later release
+    fail, and silent, since a warning would say that some record did this."""
+    block = np.array(block, dtype=np.float32)
+    block[~np.isfinite(block).all(axis=1)] = 0.0
+    return block

@@ -113,6 +113,11 @@ class Recipe(ABC):
     """Parameters an older dpsynth took under another name: old name → new name. A config
     that still uses the old one is refused with a message naming the new one."""
 
+    embeds_private: ClassVar[bool] = False
+    """True for recipes whose releases read the private records as nearest-neighbour voters:
+    the run embeds them before the first release, so a record the embedder cannot take stops
+    the run before anything is charged, never between two releases."""
+
     needs_local_lm: ClassVar[bool] = False
     """True for recipes that put private records in the generator's context (dp_decoding): a
     remote generator, or a model off the CPU, is refused by the plan."""

@@ -114,6 +114,7 @@ class DpgaParams(BaseModel):
 
 class Dpga(IterativeRecipe):
     name: ClassVar[str] = "dpga"
+    embeds_private: ClassVar[bool] = True
     one_record_per_unit: ClassVar[bool] = True
     renamed: ClassVar[dict[str, str]] = {"n_elite": "n_output"}
     Params: ClassVar[type[BaseModel]] = DpgaParams
@@ -194,6 +195,9 @@ class Dpga(IterativeRecipe):
     def _metadata(self, ctx: RunContext, plan: BudgetPlan) -> tuple[Metadata, float | None]:
         p, private = self.params, ctx.private
         labels = private.label_names
+        public_keywords: dict[str, list[str]] = {}
+        if p.use_keywords and p.keywords_per_sample:  # public probes: before any release
+            public_keywords = p.keywords or self._public_keywords(ctx)
         low, high = private.length_range(plan.stage(LENGTH_RANGE), p.max_words)
         label_probs = (private.label_distribution(plan.stage(LABEL_HISTOGRAM))
                        if labels else None)
@@ -204,9 +208,8 @@ class Dpga(IterativeRecipe):
             lengths = None
         keywords: dict[str, list[str]] = {}
         weights: dict[str, np.ndarray] = {}
-        if p.use_keywords and p.keywords_per_sample:
-            keywords = p.keywords or self._public_keywords(ctx)
-            keywords, weights = self._weigh_keywords(ctx, plan, keywords)
+        if public_keywords:
+            keywords, weights = self._weigh_keywords(ctx, plan, public_keywords)
         tau = None
         if p.similarity_suppression:
             tau = private.similarity_threshold(plan.stage(SIMILARITY_THRESHOLD),

@@ -121,6 +121,7 @@ class EdaParams(BaseModel):
 
 class Eda(IterativeRecipe):
     name: ClassVar[str] = "eda"
+    embeds_private: ClassVar[bool] = True
     one_record_per_unit: ClassVar[bool] = True
     state_version: ClassVar[int] = 2  # 2: the output's label shares
     Params: ClassVar[type[BaseModel]] = EdaParams

@@ -73,6 +73,7 @@ class PeParams(LengthParams):
 
 class PrivateEvolution(IterativeRecipe):
     name: ClassVar[str] = "pe"
+    embeds_private: ClassVar[bool] = True
     one_record_per_unit: ClassVar[bool] = True
     renamed: ClassVar[dict[str, str]] = {"n_samples": "n_output"}
     Params: ClassVar[type[BaseModel]] = PeParams

@@ -217,6 +217,12 @@ class Private:
 
     # -- the engine --------------------------------------------------------------------------
 
+    def embed_records(self) -> None:
+        """Embed the records as voters now, before the recipe's first release (the run calls
+        this for `Recipe.embeds_private`): embedding is the step that can fail on one record's
+        text, and a failure must come before anything is charged."""
+        self._voters()
+
     def _voters(self) -> Voters | ShardedVoters:
         """The records as nearest-neighbour voters, embedded once per run."""
         if self._held is None:

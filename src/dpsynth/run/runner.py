@@ -126,6 +126,8 @@ class Run:
                          state_version=run_plan.recipe.state_version)
         with ray_session(backends.executor):
             try:
+                if run_plan.recipe.embeds_private:
+                    private.embed_records()
                 result = run_plan.recipe.run(ctx)
             finally:
                 private.close()

@@ -11,8 +11,10 @@ from dpsynth.backends.base import BLANK, FAILED
 
 def allocate(total: int, probs: np.ndarray, minimum: int = 1) -> np.ndarray:
     """Split `total` into integer parts proportional to `probs` (largest remainder), each at
-    least `minimum` where `total` allows."""
+    least `minimum` where `total` allows; all-zero `probs` split evenly."""
     probs = np.asarray(probs, dtype=np.float64)
+    if not probs.sum() > 0:
+        probs = np.ones(len(probs))
     base = np.full(len(probs), minimum if total >= minimum * len(probs) else 0)
     rest = total - base.sum()
     raw = probs / probs.sum() * rest
