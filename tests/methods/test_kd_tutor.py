@@ -23,7 +23,7 @@ from dpsynth.private.engine.teachers import (
     teacher_votes,
     train_teachers,
 )
-from dpsynth.private.releases.pate import label_within_budget, noisy_argmax
+from dpsynth.private.releases.pate import label_within_budget, noisy_votes
 from tests.methods.fakes import HashEmbedder, RecordingGenerator
 
 
@@ -45,9 +45,9 @@ def agreement(n_teachers: int, sigma: float = 3.0) -> float:
     votes = teacher_votes([_Voter(0.3, s) for s in range(n_teachers)], queries)
     clean = (queries[:, 0] > 0).astype(np.int64)
     ledger = PrivacyLedger(1e4, 1e-6, discretization=0.1)
-    noisy = noisy_argmax(votes, Gaussian(sigma, 1.0, 2 * len(queries)), ledger, NoiseSource(1),
-                         "student_queries")
-    return float(np.mean(noisy == clean))
+    noisy = noisy_votes(votes, Gaussian(sigma, 1.0, 2 * len(queries)), ledger, NoiseSource(1),
+                        "student_queries")
+    return float(np.mean(noisy.argmax(axis=1) == clean))
 
 
 def test_more_teachers_agree_more_with_the_clean_vote():
@@ -243,13 +243,13 @@ def test_labelled_without_labels_votes_private_or_public():
 
 
 def test_a_k_plus_one_vote_batch_takes_the_same_charge_as_a_binary_one():
-    """noisy_argmax accepts K+1 counts per row under 2 × rows changed coordinates."""
+    """noisy_votes accepts K+1 counts per row under 2 × rows changed coordinates."""
     ledger = PrivacyLedger(1e4, 1e-6)
     votes = np.array([[0, 9, 1, 0, 0], [10, 0, 0, 0, 0]])
-    out = noisy_argmax(votes, Gaussian(0.1, 1.0, 4), ledger, NoiseSource(0), "student_queries")
-    np.testing.assert_array_equal(out, [1, 0])
+    out = noisy_votes(votes, Gaussian(0.1, 1.0, 4), ledger, NoiseSource(0), "student_queries")
+    np.testing.assert_array_equal(out.argmax(axis=1), [1, 0])
     with pytest.raises(ValueError, match="changed coordinates"):
-        noisy_argmax(votes, Gaussian(0.1, 1.0, 3), ledger, NoiseSource(0), "student_queries")
+        noisy_votes(votes, Gaussian(0.1, 1.0, 3), ledger, NoiseSource(0), "student_queries")
 
 
 @pytest.mark.parametrize("per_query", [Gaussian(5.0, 1.0, 2), Laplace(8.0, 1.0, 2)])

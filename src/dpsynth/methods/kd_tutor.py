@@ -6,7 +6,8 @@ in label proportions set by a DP label-distribution tutor.
     tutor       Gaussian label histogram, clipped and renormalised                 (§3.5)
     teachers    M private-vs-public classifiers on disjoint partitions of units    (§3.4)
     student     trained on candidates labelled by the noisy teacher vote           (§3.4)
-                (soft: the teachers' summed probabilities, Eq. 4; hard: their classes)
+                (soft, the default: the teachers' summed probabilities, Eq. 4; hard:
+                their classes)
     selection   per label, the candidates the student finds most private-like      (§3.6)
 
 Departures (docs/privacy.md, docs/recipes/kd_tutor.md): every student query is a release and
@@ -67,7 +68,7 @@ class KdTutorParams(LengthParams):
     noise: Literal["gaussian", "laplace"] = Field("gaussian", description="noise on the teachers' "
                                                   "vote counts")
     votes: Literal["soft", "hard"] = Field(
-        "hard", description="what each teacher gives a query: its class probabilities, summed "
+        "soft", description="what each teacher gives a query: its class probabilities, summed "
         "over teachers (soft, the seed's Eq. 4), or its class (hard, PATE's); both move by "
         "√2 in L2 when a unit joins, so both take the same noise and charge")
     label_mode: Literal["tutor", "uniform", "none"] = Field(

@@ -25,12 +25,6 @@ def noisy_votes(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: Privac
     return np.asarray(ledger.release(stage, mechanism, votes, noise), dtype=float)
 
 
-def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
-                 noise: NoiseSource, stage: str) -> np.ndarray:
-    """The class index of each noisy vote row (PATE's label)."""
-    return np.argmax(noisy_votes(votes, mechanism, ledger, noise, stage), axis=1)
-
-
 def shares(noisy: np.ndarray, soft: bool) -> np.ndarray:
     """What the student learns from, per query, post-processing only. Hard: the noisy
     argmax, one-hot. Soft: the noisy sums clipped at 0 and normalised (the seed renormalises
