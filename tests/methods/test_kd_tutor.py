@@ -1,6 +1,7 @@
 """KD-Tutor specifics: the budget bounds the student's queries, more teachers make the noisy
-vote agree with the clean one, duplicates never reach two partitions, and a labelled vote
-moves like a binary one when a unit joins."""
+vote agree with the clean one, duplicates never reach two partitions, a labelled vote moves
+like a binary one when a unit joins, and so does a soft one, which ranks where hard votes
+cannot."""
 
 import numpy as np
 import pytest
@@ -14,12 +15,15 @@ from dpsynth.privacy.noise import NoiseSource
 from dpsynth.private import Private
 from dpsynth.private.engine.local import LocalEngine
 from dpsynth.private.engine.teachers import (
+    SOFT_GRID,
+    Teachers,
     first_per_unit,
     partition_units,
+    soft_vote,
     teacher_votes,
     train_teachers,
 )
-from dpsynth.private.releases.pate import noisy_argmax
+from dpsynth.private.releases.pate import label_within_budget, noisy_votes
 from tests.methods.fakes import HashEmbedder, RecordingGenerator
 
 
@@ -41,9 +45,9 @@ def agreement(n_teachers: int, sigma: float = 3.0) -> float:
     votes = teacher_votes([_Voter(0.3, s) for s in range(n_teachers)], queries)
     clean = (queries[:, 0] > 0).astype(np.int64)
     ledger = PrivacyLedger(1e4, 1e-6, discretization=0.1)
-    noisy = noisy_argmax(votes, Gaussian(sigma, 1.0, 2 * len(queries)), ledger, NoiseSource(1),
-                         "student_queries")
-    return float(np.mean(noisy == clean))
+    noisy = noisy_votes(votes, Gaussian(sigma, 1.0, 2 * len(queries)), ledger, NoiseSource(1),
+                        "student_queries")
+    return float(np.mean(noisy.argmax(axis=1) == clean))
 
 
 def test_more_teachers_agree_more_with_the_clean_vote():
@@ -153,6 +157,84 @@ def test_a_unit_joining_moves_one_labelled_teacher_and_two_counts_by_one():
     assert diff.sum(axis=1).max() <= per_query[1].sensitivity
 
 
+def test_a_unit_joining_moves_the_soft_aggregate_by_at_most_root_two():
+    """Soft votes of labelled teachers (public, a, b) on D and on D plus one unit: only the
+    newcomer's teacher moves, its probability vector may move every class, and each query's
+    summed vector moves by at most √2 in L2 and 2 in L1 (the charged Gaussian's √2), on the
+    release grid."""
+    rng = np.random.default_rng(1)
+    points = {f"private {i}": v for i, v in enumerate(
+        _cluster(rng, np.array([1.0, 0.0]), 20) + _cluster(rng, np.array([0.0, 1.0]), 20))}
+    newcomer = {"newcomer": np.array([0.5, 0.5])}
+    negatives = np.array(_cluster(rng, np.array([-1.0, -1.0]), 30))
+    queries = rng.normal(size=(200, 2))
+    vectors = points | newcomer
+
+    def embed(private):
+        return np.array([vectors[t] for t in private.texts(Access.LEDGERED_OP)])
+
+    labels = ["a"] * 20 + ["b"] * 20
+    d = PrivateDataset(list(points), labels=labels, label_names=["a", "b"])
+    d2 = PrivateDataset([*points, *newcomer], labels=[*labels, "b"], label_names=["a", "b"])
+    teachers = [train_teachers(data, embed, negatives, 4, b"k" * 16, 0, labelled=True)
+                for data in (d, d2)]
+    one = soft_vote(teachers[0][0], queries, 3)
+    assert (one >= 0).all() and np.array_equal(one.sum(axis=1), np.ones(len(queries)))
+    votes = [teacher_votes(t, queries, 3, soft=True) for t in teachers]
+    for v in votes:
+        np.testing.assert_array_equal(v / SOFT_GRID, np.rint(v / SOFT_GRID))
+    diff = votes[1] - votes[0]
+    assert (np.count_nonzero(diff, axis=1) == 3).any()  # more than two classes moved
+    assert np.linalg.norm(diff, axis=1).max() <= Gaussian(5.0, 1.0, 2).sensitivity
+    assert np.abs(diff).sum(axis=1).max() <= 2
+
+
+class _Shy:
+    """A teacher whose P(private) grows with the first coordinate but stays below a half:
+    it votes public on every query, hard."""
+
+    classes_ = np.array([0, 1])
+
+    def predict(self, x):
+        return np.zeros(len(x), dtype=np.int64)
+
+    def predict_proba(self, x):
+        private = 0.4 / (1 + np.exp(-3 * x[:, 0]))
+        return np.c_[1 - private, private]
+
+
+@pytest.mark.parametrize("sigma", [0.5, 3.0])
+def test_soft_votes_rank_candidates_that_hard_votes_all_call_public(sigma):
+    """The student ranks test candidates by P(private); the truth is the first coordinate.
+    Hard votes say public on every query, so the student has nothing to rank by; soft ones
+    carry the teachers' graded doubt through the same noise."""
+    from types import SimpleNamespace
+
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    queries, test = rng.normal(size=(100, 2)), rng.normal(size=(400, 2))
+    recipe = KdTutor.from_config({"discriminator": "binary"})
+    ctx = SimpleNamespace(private=PrivateDataset(["a", "b"]), seed=0)
+    auc = {}
+    for soft, grid in ((False, 1.0), (True, SOFT_GRID)):
+        shares = label_within_budget(Teachers([_Shy()] * 20), queries,
+                                     Gaussian(sigma, 1.0, 2, granularity=grid), 50,
+                                     PrivacyLedger(1e4, 1e-6), NoiseSource(0),
+                                     "student_queries", soft=soft)
+        proba = recipe._student(ctx, queries, shares, test)
+        auc[soft] = roc_auc_score(test[:, 0] > 0, proba[:, 1])
+    assert auc[False] == 0.5  # every candidate alike
+    assert auc[True] > 0.9
+
+
+def test_soft_votes_refuse_laplace_noise():
+    from dpsynth.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="votes: soft takes noise: gaussian"):
+        KdTutor.from_config({"votes": "soft", "noise": "laplace"})
+
+
 def test_labelled_without_labels_votes_private_or_public():
     recipe = KdTutor.from_config({"discriminator": "labelled"})
     assert recipe._classes(PrivateDataset(["a", "b"])) == 2
@@ -161,13 +243,13 @@ def test_labelled_without_labels_votes_private_or_public():
 
 
 def test_a_k_plus_one_vote_batch_takes_the_same_charge_as_a_binary_one():
-    """noisy_argmax accepts K+1 counts per row under 2 × rows changed coordinates."""
+    """noisy_votes accepts K+1 counts per row under 2 × rows changed coordinates."""
     ledger = PrivacyLedger(1e4, 1e-6)
     votes = np.array([[0, 9, 1, 0, 0], [10, 0, 0, 0, 0]])
-    out = noisy_argmax(votes, Gaussian(0.1, 1.0, 4), ledger, NoiseSource(0), "student_queries")
-    np.testing.assert_array_equal(out, [1, 0])
+    out = noisy_votes(votes, Gaussian(0.1, 1.0, 4), ledger, NoiseSource(0), "student_queries")
+    np.testing.assert_array_equal(out.argmax(axis=1), [1, 0])
     with pytest.raises(ValueError, match="changed coordinates"):
-        noisy_argmax(votes, Gaussian(0.1, 1.0, 3), ledger, NoiseSource(0), "student_queries")
+        noisy_votes(votes, Gaussian(0.1, 1.0, 3), ledger, NoiseSource(0), "student_queries")
 
 
 @pytest.mark.parametrize("per_query", [Gaussian(5.0, 1.0, 2), Laplace(8.0, 1.0, 2)])

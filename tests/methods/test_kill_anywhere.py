@@ -134,6 +134,14 @@ def test_killed_many_times_the_spend_stays_true(tmp_path, recipe, seed):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("votes", ["hard", "soft"])
+def test_kd_tutor_killed_many_times_the_spend_stays_true_with_either_vote(tmp_path, votes):
+    snapshots = kill_until_finished(tmp_path, "kd_tutor", kills=10, seed=0,
+                                    params={**PARAMS["kd_tutor"], "votes": votes})
+    _assert_every_release_kept(tmp_path, snapshots)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_dp_finetuning_killed_many_times_the_spend_stays_true(tmp_path, tiny_lm, seed):
     """Kills land between DP-Adam steps and around the training states written every two

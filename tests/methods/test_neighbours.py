@@ -242,21 +242,33 @@ def test_one_user_more_at_k1_moves_each_release_within_its_charge(tmp_path, monk
     check_neighbours(tmp_path, monkeypatch, recipe, PARAMS[recipe], kind, True, 1)
 
 
+@pytest.mark.parametrize("votes", ["hard", "soft"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_user_of_three_records_moves_kd_tutor_within_its_charge(tmp_path, monkeypatch,
-                                                                     kind):
-    seen = check_neighbours(tmp_path, monkeypatch, "kd_tutor", PARAMS["kd_tutor"], kind,
-                            True, 3)
+                                                                     kind, votes):
+    params = {**PARAMS["kd_tutor"], "discriminator": "binary", "votes": votes}
+    seen = check_neighbours(tmp_path, monkeypatch, "kd_tutor", params, kind, True, 3)
     tutor = next(s for s in seen if s.stage == "tutor")
     assert tutor.mechanism.sensitivity == 3  # k records may all carry one label
+    _assert_votes_are(votes, seen)
 
 
+@pytest.mark.parametrize("votes", ["hard", "soft"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_labelled_kd_tutor_moves_each_release_within_its_charge(tmp_path, monkeypatch, kind):
-    params = {**PARAMS["kd_tutor"], "discriminator": "labelled"}
+def test_labelled_kd_tutor_moves_each_release_within_its_charge(tmp_path, monkeypatch, kind,
+                                                                votes):
+    params = {**PARAMS["kd_tutor"], "discriminator": "labelled", "votes": votes}
     seen = check_neighbours(tmp_path, monkeypatch, "kd_tutor", params, kind, True, 3)
-    votes = next(s for s in seen if s.stage == "student_queries")
-    assert votes.values.shape[1] == 5  # public and the four labels
+    queries = next(s for s in seen if s.stage == "student_queries")
+    assert queries.values.shape[1] == 5  # public and the four labels
+    _assert_votes_are(votes, seen)
+
+
+def _assert_votes_are(votes: str, seen: list[Seen]) -> None:
+    """Hard votes are counts; soft ones sum each teacher's probabilities (graded)."""
+    values = np.concatenate([s.values for s in seen if s.stage == "student_queries"])
+    graded = not np.array_equal(values, np.rint(values))
+    assert graded == (votes == "soft")
 
 
 @pytest.mark.parametrize("recipe", ["dpga", "pe", "eda", "ctcl", "dpft"])

@@ -114,6 +114,13 @@ def test_every_recipe_runs_unseeded_on_tiny_stand_ins(tmp_path, tickets, stand_i
     _check(outputs, tmp_path, tickets)
 
 
+@pytest.mark.parametrize("votes", ["hard", "soft"])
+def test_kd_tutor_runs_unseeded_with_either_vote(tmp_path, tickets, votes):
+    outputs = run(_config(tmp_path, tickets, "kd_tutor", {**TINY["kd_tutor"], "votes": votes}),
+                  embedder=HashEmbedder(), generator=RecordingGenerator())
+    _check(outputs, tmp_path, tickets)
+
+
 @pytest.mark.parametrize("stand_ins", RECIPES, indirect=True)
 def test_no_recipe_outputs_a_text_twice_from_a_generator_that_repeats_itself(
         tmp_path, tickets, stand_ins):

@@ -176,11 +176,13 @@ def test_ctcl_topics_and_conditions_on_ray_are_the_local_ones(cluster, private, 
     assert ray_cells == cells
 
 
+@pytest.mark.parametrize("soft", [False, True])
 @pytest.mark.parametrize("n_records", [101, 1])
 def test_sharded_teachers_vote_as_the_local_ones(cluster, private, embedder_cfg, candidates,
-                                                 n_records):
+                                                 n_records, soft):
     """Each shard fits its partitions' teachers from the same rows as locally: the same
-    votes. With one record one shard holds all of it, and the other's teachers vote public."""
+    votes, hard or soft (grid sums, exact in any order). With one record one shard holds all
+    of it, and the other's teachers vote public."""
     data = private.subset(range(n_records))
     negatives, queries = candidates[0][:12], candidates[0][12:]
     embedder = build_embedder(embedder_cfg)
@@ -189,8 +191,8 @@ def test_sharded_teachers_vote_as_the_local_ones(cluster, private, embedder_cfg,
     remote = on_ray(embedder_cfg).teachers(data, negatives, 7, b"k" * 16, 0, labelled=True)
     try:
         assert len(remote) == 7 and len(remote._actors) == min(2, n_records)
-        votes = remote.votes(queries, 1 + len(LABELS))
-        np.testing.assert_array_equal(votes, local.votes(queries, 1 + len(LABELS)))
+        votes = remote.votes(queries, 1 + len(LABELS), soft)
+        np.testing.assert_array_equal(votes, local.votes(queries, 1 + len(LABELS), soft))
         assert (votes.sum(axis=1) == 7).all() and (votes[:, 1:].any() or n_records == 1)
     finally:
         remote.close()

@@ -6,11 +6,14 @@ in label proportions set by a DP label-distribution tutor.
     tutor       Gaussian label histogram, clipped and renormalised                 (§3.5)
     teachers    M private-vs-public classifiers on disjoint partitions of units    (§3.4)
     student     trained on candidates labelled by the noisy teacher vote           (§3.4)
+                (soft, the default: the teachers' summed probabilities, Eq. 4; hard:
+                their classes)
     selection   per label, the candidates the student finds most private-like      (§3.6)
 
 Departures (docs/privacy.md, docs/recipes/kd_tutor.md): every student query is a release and
 all of them compose on the ledger, so the budget bounds how many candidates the student
-learns from; the paper counts the distillation once. `discriminator: labelled` (the default)
+learns from; the paper counts the distillation once. The student learns from the noisy
+soft vote's shares, where the seed takes its argmax (Eq. 1). `discriminator: labelled` (the default)
 makes the teachers (K+1)-way — the K private labels and "public" — so the noisy vote also says
 which label a candidate looks like, and a label takes, among the candidates generated for it,
 the ones the student finds most likely to be its private records (with `relabel`, among all
@@ -23,7 +26,7 @@ import logging
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
@@ -37,7 +40,7 @@ from dpsynth.methods.parts.lengths import (
 from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 from dpsynth.privacy.stages import STUDENT_QUERIES, TUTOR
-from dpsynth.private import train_classifier
+from dpsynth.private import SOFT_GRID, train_on_shares
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +67,24 @@ class KdTutorParams(LengthParams):
                           "record of, not only the label it was generated for")
     noise: Literal["gaussian", "laplace"] = Field("gaussian", description="noise on the teachers' "
                                                   "vote counts")
+    votes: Literal["soft", "hard"] = Field(
+        "soft", description="what each teacher gives a query: its class probabilities, summed "
+        "over teachers (soft, the seed's Eq. 4), or its class (hard, PATE's); both move by "
+        "√2 in L2 when a unit joins, so both take the same noise and charge")
     label_mode: Literal["tutor", "uniform", "none"] = Field(
         "tutor", description="label proportions of the output: the DP tutor, uniform, or "
         "none (top candidates whatever their label)")
     tutor_fraction: float = Field(0.1, gt=0, lt=1, description="budget share of the DP label "
                                   "distribution (label_mode: tutor)")
+
+    @model_validator(mode="after")
+    def _soft_takes_gaussian(self) -> KdTutorParams:
+        """A soft vote's change may spread over every class: its L2 bound carries to the
+        Gaussian's charge, its L1 bound to a composed Laplace's less plainly."""
+        if self.votes == "soft" and self.noise == "laplace":
+            raise ValueError("votes: soft takes noise: gaussian; noise: laplace takes "
+                             "votes: hard")
+        return self
 
 
 class KdTutor(Recipe):
@@ -101,7 +117,8 @@ class KdTutor(Recipe):
         stages += length_stages(p, private)
         rest = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec(STUDENT_QUERIES, p.noise, rest, max_changed=2,
-                                compositions=p.n_queries))
+                                compositions=p.n_queries,
+                                granularity=SOFT_GRID if p.votes == "soft" else 1.0))
         return stages
 
     def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
@@ -140,10 +157,10 @@ class KdTutor(Recipe):
         embeddings = ctx.embed_public(texts)
         ranked = np.arange(negatives, len(texts))
 
-        queried, votes = self._query(ctx, plan, embeddings[:negatives], embeddings, ranked)
-        proba = self._student(ctx, embeddings[queried], votes, embeddings[ranked])
+        queried, shares = self._query(ctx, plan, embeddings[:negatives], embeddings, ranked)
+        proba = self._student(ctx, embeddings[queried], shares, embeddings[ranked])
         ctx.report({"student_queries": len(queried),
-                    "noisy_private_votes": int(np.count_nonzero(votes)),
+                    "noisy_private_votes": int(np.count_nonzero(shares.argmax(axis=1))),
                     "teachers": p.teachers, "epsilon_spent": ctx.private.spent()})
         generated = np.array([groups.index(pool_labels[i]) for i in ranked], dtype=np.int64)
         picked = self._select(self._scores(ctx.private, proba, generated), probs)
@@ -181,28 +198,29 @@ class KdTutor(Recipe):
     def _query(self, ctx: RunContext, plan: BudgetPlan, negatives: np.ndarray,
                embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """M discriminators, each on its partition of the private units (kd-tutor §3.4),
-        against the public negatives; candidates labelled by their noisy votes, batch by
-        batch, until the planned number of queries is reached or the next batch would exceed
-        the budget."""
+        against the public negatives; candidates labelled by their noisy votes (class shares:
+        one-hot from hard votes, graded from soft ones), batch by batch, until the planned
+        number of queries is reached or the next batch would exceed the budget."""
         p = self.params
         order = ranked[np.random.default_rng([ctx.seed, 1]).permutation(len(ranked))]
         order = order[: p.n_queries]
         labels = ctx.private.teacher_labels(
             plan.stage(STUDENT_QUERIES), negatives, embeddings[order],
             n_teachers=p.teachers, batch=p.query_batch, labelled=self._labelled(ctx.private),
-            seed=ctx.seed)
+            soft=p.votes == "soft", seed=ctx.seed)
         return order[: len(labels)], labels
 
-    def _student(self, ctx: RunContext, queried: np.ndarray, votes: np.ndarray,
+    def _student(self, ctx: RunContext, queried: np.ndarray, shares: np.ndarray,
                  candidates: np.ndarray) -> np.ndarray:
         """The student's P(class | candidate), one column per vote class (0 = public; a class
-        no vote named gets 0): post-processing of DP labels."""
+        no vote named gets 0), learnt from the labels' shares (Eq. 2's cross-entropy, against
+        soft labels where the votes are soft): post-processing of DP labels."""
         proba = np.zeros((len(candidates), self._classes(ctx.private)))
-        seen = np.unique(votes)
+        seen = np.flatnonzero(shares.sum(axis=0))
         if len(seen) < 2:
             proba[:, seen] = 1.0
             return proba
-        student = train_classifier(queried, votes, ctx.seed)
+        student = train_on_shares(queried, shares, ctx.seed)
         proba[:, student.classes_] = student.predict_proba(candidates)
         return proba
 

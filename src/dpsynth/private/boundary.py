@@ -200,18 +200,20 @@ class Private:
     # -- kd_tutor ----------------------------------------------------------------------------
 
     def teacher_labels(self, stage: StagePlan, negatives: np.ndarray, queries: np.ndarray,
-                       *, n_teachers: int, batch: int, labelled: bool,
+                       *, n_teachers: int, batch: int, labelled: bool, soft: bool,
                        seed: int) -> np.ndarray:
-        """Noisy PATE labels of a prefix of `queries`, batch by batch within the budget:
-        `n_teachers` teachers of the private units against the public `negatives` (binary,
-        or with `labelled` one class per label besides public), fit where the embeddings
-        are and stopped once asked."""
+        """Noisy PATE labels (`pate.shares`, a row per query) of a prefix of `queries`,
+        batch by batch within the budget, from hard or `soft` votes: `n_teachers` teachers
+        of the private units against the public `negatives` (binary, or with `labelled` one
+        class per label besides public), fit where the embeddings are and stopped once
+        asked."""
         teachers = self._engine.teachers(self._data, negatives, n_teachers,
                                          self._noise.random_key(), seed, labelled)
         try:
             return label_within_budget(teachers, queries, stage.mechanism, batch,
                                        self._ledger, self._noise, stage.name,
-                                       1 + len(self.label_names or ()) if labelled else 2)
+                                       1 + len(self.label_names or ()) if labelled else 2,
+                                       soft)
         finally:
             teachers.close()  # sharded teachers' actors stop, with what they learnt
 

@@ -138,9 +138,9 @@ class Shard:
         return len(self._teachers)
 
     @_quiet
-    def teach(self, queries: np.ndarray, n_classes: int, parts: int) -> Any:
+    def teach(self, queries: np.ndarray, n_classes: int, soft: bool, parts: int) -> Any:
         """This shard's teachers' un-noised votes per query and class, flat, in `parts`."""
-        return _split(teacher_votes(self._teachers, queries, n_classes).ravel(), parts)
+        return _split(teacher_votes(self._teachers, queries, n_classes, soft).ravel(), parts)
 
     @_quiet
     def row(self, index: int) -> np.ndarray:
@@ -271,12 +271,14 @@ class ShardedTeachers:
             raise DpsynthError("the shards fit other teachers than they were asked for")
         self._idle = self._n_teachers - sum(fitted)
 
-    def votes(self, queries: np.ndarray, n_classes: int = 2) -> np.ndarray:
-        """Vote counts per query and class: the sum of the shards' un-noised counts."""
+    def votes(self, queries: np.ndarray, n_classes: int = 2, soft: bool = False) -> np.ndarray:
+        """Votes per query and class (`teachers.teacher_votes`): the sum of the shards'
+        un-noised ones; an idle teacher's, hard or soft, is public."""
         ref = self._ray.put(np.ascontiguousarray(queries))  # public: may be stored
         cells = len(queries) * n_classes
-        answers = [_ask(actor.teach, _parts(cells), ref, n_classes) for actor in self._actors]
-        counts = np.zeros(cells, dtype=np.int64)
+        answers = [_ask(actor.teach, _parts(cells), ref, n_classes, soft)
+                   for actor in self._actors]
+        counts = np.zeros(cells, dtype=float if soft else np.int64)
         for answer in answers:
             counts += _receive(self._ray, answer)
         counts = counts.reshape(len(queries), n_classes)
@@ -400,7 +402,7 @@ def _pieces(array: np.ndarray) -> Iterator[np.ndarray]:
 
 
 def _parts(n_values: int) -> int:
-    """How many inline pieces an actor answers `n_values` 64-bit integers in."""
+    """How many inline pieces an actor answers `n_values` 64-bit numbers in."""
     return max(1, -(-n_values * 8 // INLINE_BYTES))
 
 

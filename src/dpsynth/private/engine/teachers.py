@@ -1,6 +1,7 @@
 """PATE teachers (kd-tutor §3.4) on disjoint partitions of the private units; their noisy
 aggregate is `dpsynth.private.releases.pate`. Class 0 is "public"; a binary teacher's class 1
-is "private", a labelled teacher's class 1 + c is "private, label c".
+is "private", a labelled teacher's class 1 + c is "private, label c". A teacher votes hard (the
+class it predicts) or soft (its probabilities, on the grid `SOFT_GRID`).
 
 Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
 list: adding or removing a unit then changes one teacher only, which is what bounds the
@@ -34,6 +35,17 @@ def train_classifier(x: np.ndarray, y: np.ndarray, seed: int) -> LogisticRegress
     partition's private records."""
     model = LogisticRegression(max_iter=1000, class_weight="balanced", random_state=seed)
     return model.fit(x, y)
+
+
+def train_on_shares(x: np.ndarray, shares: np.ndarray, seed: int) -> LogisticRegression:
+    """A classifier on embeddings that learns each row's class shares (cross-entropy against
+    soft labels; one-hot shares make it `train_classifier`): a row once per class it has a
+    share of, weighted by the share, classes balanced by their total share."""
+    mass = shares.sum(axis=0)
+    rows, classes = np.nonzero(shares)
+    weights = shares[rows, classes] * len(x) / (np.count_nonzero(mass) * mass[classes])
+    model = LogisticRegression(max_iter=1000, random_state=seed)
+    return model.fit(x[rows], classes, sample_weight=weights)
 
 
 def teacher_partitions(private: PrivateDataset, n_teachers: int, key: bytes,
@@ -91,24 +103,49 @@ def first_per_unit(texts: list[str], units: np.ndarray) -> np.ndarray:
 class _AlwaysPublic:
     """A teacher whose partition is empty: it has seen no private record."""
 
+    classes_ = np.zeros(1, dtype=np.int64)
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         return np.zeros(len(x), dtype=np.int64)
 
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        return np.ones((len(x), 1))
+
+
+SOFT_GRID = 2.0**-8
+"""The grid a soft vote lies on: its sum over teachers is then exactly a multiple of it, as the
+release's integer grid asks (`mechanisms.Gaussian`, `granularity`)."""
+
+
+def soft_vote(teacher: LogisticRegression, queries: np.ndarray, n_classes: int) -> np.ndarray:
+    """The teacher's probabilities per query and class, each private class floored to
+    `SOFT_GRID` and the rest given to public: every row stays a probability vector, so two
+    of them, one teacher's before and after a unit joins, differ by at most √2 in L2 and 2 in
+    L1, as two one-hot votes do (kd-tutor Eq. 4)."""
+    proba = np.zeros((len(queries), n_classes))
+    proba[:, teacher.classes_] = teacher.predict_proba(queries)
+    private = np.floor(proba[:, 1:] / SOFT_GRID) * SOFT_GRID
+    return np.c_[1.0 - private.sum(axis=1), private]
+
 
 def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray,
-                  n_classes: int = 2) -> np.ndarray:
-    """Vote counts per query, shape (n_queries, n_classes): teachers saying each class.
+                  n_classes: int = 2, soft: bool = False) -> np.ndarray:
+    """Votes per query and class summed over teachers, shape (n_queries, n_classes).
 
-    Hard votes, as in PATE: when a unit joins or leaves, its teacher's vote may move from one
-    class to another, changing two counts by one whatever the number of classes (L2
-    sensitivity √2, as kd-tutor's Eq. 4 bounds the soft version; L1 2); integer counts take
-    exact discrete noise.
+    Hard votes, as in PATE, count the teachers saying each class: when a unit joins or
+    leaves, its teacher's vote may move from one class to another, changing two counts by
+    one whatever the number of classes (L2 sensitivity √2, L1 2); integer counts take exact
+    discrete noise. Soft votes (kd-tutor Eq. 4) sum the teachers' `soft_vote`s: the same
+    bounds, on multiples of `SOFT_GRID` (sums of at most 2^44 teachers are exact in float).
     """
-    counts = np.zeros((len(queries), n_classes), dtype=np.int64)
+    counts = np.zeros((len(queries), n_classes))
     rows = np.arange(len(queries))
     for teacher in teachers:
-        counts[rows, teacher.predict(queries).astype(np.int64)] += 1
-    return counts
+        if soft:
+            counts += soft_vote(teacher, queries, n_classes)
+        else:
+            counts[rows, teacher.predict(queries).astype(np.int64)] += 1
+    return counts if soft else counts.astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,8 +159,8 @@ class Teachers:
     def __len__(self) -> int:
         return len(self.models)
 
-    def votes(self, queries: np.ndarray, n_classes: int = 2) -> np.ndarray:
-        return teacher_votes(self.models, queries, n_classes)
+    def votes(self, queries: np.ndarray, n_classes: int = 2, soft: bool = False) -> np.ndarray:
+        return teacher_votes(self.models, queries, n_classes, soft)
 
     def close(self) -> None:
         """Nothing to free (sharded teachers stop their actors here)."""

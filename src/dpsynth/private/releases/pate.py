@@ -14,36 +14,51 @@ from dpsynth.privacy.noise import NoiseSource
 from dpsynth.private.engine.teachers import Teachers
 
 
-def noisy_argmax(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
-                 noise: NoiseSource, stage: str) -> np.ndarray:
-    """Release the argmax of each noisy vote vector (the class index). The mechanism covers
-    all rows at once: one teacher moves two counts per row, so `max_changed` = 2 × rows, the
-    same as composing one release per row, for any number of classes."""
+def noisy_votes(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: PrivacyLedger,
+                noise: NoiseSource, stage: str) -> np.ndarray:
+    """Release the vote rows with noise. The mechanism covers all rows at once: one teacher
+    moves each row by at most two counts' worth (L2 √2, L1 2), so `max_changed` = 2 × rows,
+    the same as composing one release per row, for any number of classes."""
     if mechanism.max_changed < 2 * len(votes):
         raise ValueError(f"mechanism covers {mechanism.max_changed} changed coordinates, "
                          f"the votes move {2 * len(votes)}")
-    noisy = np.asarray(ledger.release(stage, mechanism, votes, noise))
-    return np.argmax(noisy, axis=1)
+    return np.asarray(ledger.release(stage, mechanism, votes, noise), dtype=float)
+
+
+def shares(noisy: np.ndarray, soft: bool) -> np.ndarray:
+    """What the student learns from, per query, post-processing only. Hard: the noisy
+    argmax, one-hot. Soft: the noisy sums clipped at 0 and normalised (the seed renormalises
+    out-of-range noisy values the same way, §3.5 note 2), uniform where none stays above 0."""
+    if not soft:
+        return np.eye(noisy.shape[1])[np.argmax(noisy, axis=1)]
+    kept = np.clip(noisy, 0.0, None)
+    total = kept.sum(axis=1, keepdims=True)
+    return np.where(total > 0, kept / np.where(total > 0, total, 1.0), 1.0 / noisy.shape[1])
 
 
 def label_within_budget(teachers: Teachers, queries: np.ndarray,
                         per_query: Gaussian | Laplace, batch: int, ledger: PrivacyLedger,
-                        noise: NoiseSource, stage: str, n_classes: int = 2) -> np.ndarray:
-    """Noisy teacher labels for `queries`, in order and batch by batch; a batch that would
-    exceed the budget is halved until it fits, and labelling stops when no query fits.
-    `per_query` is the planned release of one query; a batch of b releases b of them at once
-    (b times the changed coordinates: the same event as b separate releases). Returns the
-    labels of the prefix of `queries` that was labelled."""
-    labels: list[int] = []
-    while len(labels) < len(queries):
-        size = min(batch, len(queries) - len(labels))
+                        noise: NoiseSource, stage: str, n_classes: int = 2,
+                        soft: bool = False) -> np.ndarray:
+    """Noisy teacher labels (`shares`, one row per query) for `queries`, in order and batch
+    by batch, from hard or `soft` votes; a batch that would exceed the budget is halved until
+    it fits, and labelling stops when no query fits. `per_query` is the planned release of
+    one query; a batch of b releases b of them at once (b times the changed coordinates:
+    the same event as b separate releases). Returns the labels of the prefix of `queries`
+    that was labelled."""
+    labels = [np.zeros((0, n_classes))]
+    done = 0
+    while done < len(queries):
+        size = min(batch, len(queries) - done)
         while size and ledger.would_spend(_batch(per_query, size).event) > ledger.epsilon:
             size //= 2
         if size == 0:
             break
-        votes = teachers.votes(queries[len(labels): len(labels) + size], n_classes)
-        labels += noisy_argmax(votes, _batch(per_query, size), ledger, noise, stage).tolist()
-    return np.asarray(labels, dtype=np.int64)
+        votes = teachers.votes(queries[done: done + size], n_classes, soft)
+        labels.append(shares(noisy_votes(votes, _batch(per_query, size), ledger, noise,
+                                         stage), soft))
+        done += size
+    return np.vstack(labels)
 
 
 def _batch(per_query: Gaussian | Laplace, size: int) -> Gaussian | Laplace:
