@@ -291,3 +291,35 @@ def test_the_plan_note_weighs_the_vote_noise_against_the_teachers():
     few = PrivateDataset([f"t{i}" for i in range(8)], labels=["ab"[i % 2] for i in range(8)],
                          label_names=["a", "b"])
     assert "the 8 teachers" in recipe.plan_notes(few, recipe.budget_plan(few, 1.0, 1e-2))[0]
+
+
+def test_teachers_read_in_place_embeddings_as_they_would_embed_their_partitions():
+    """kd_tutor's teachers read the run's eagerly embedded records (`embedded`, row for row,
+    repeats within a unit included) and fit exactly the teachers that embedding the kept
+    records afresh would."""
+    rng = np.random.default_rng(1)
+    texts = [f"record {i}" for i in range(40)] + ["record 3"]  # a repeat within unit 3
+    vectors = {t: rng.normal(size=4) for t in texts}
+    data = PrivateDataset(texts, labels=["a", "b"] * 20 + ["b"], label_names=["a", "b"],
+                          units=[*range(40), 3], records_per_unit=2)
+
+    def embed(private):
+        return np.array([vectors[t] for t in private.texts(Access.LEDGERED_OP)])
+
+    negatives, queries = rng.normal(size=(30, 4)) - 1.0, rng.normal(size=(50, 4))
+    fresh = train_teachers(data, embed, negatives, 4, b"k" * 16, 0, labelled=True)
+    in_place = train_teachers(data, lambda _: pytest.fail("embedded again"), negatives, 4,
+                              b"k" * 16, 0, labelled=True, embedded=embed(data))
+    for a, b in zip(fresh, in_place, strict=True):
+        assert np.array_equal(a.predict_proba(queries), b.predict_proba(queries))
+
+
+def test_a_teacher_that_saw_one_class_votes_it_instead_of_failing():
+    """No public negatives and a partition of one label (an audit's finding: sklearn refused
+    to fit, after the tutor's release): the teacher always answers that label."""
+    data = PrivateDataset(["x one", "x two"], labels=["b", "b"], label_names=["a", "b"])
+    teachers = train_teachers(data, lambda p: np.ones((len(p.texts(Access.LEDGERED_OP)), 3)),
+                              np.zeros((0, 3)), 1, b"k" * 16, 0, labelled=True)
+    queries = np.zeros((4, 3))
+    assert teacher_votes(teachers, queries, 3).tolist() == [[0, 0, 1]] * 4
+    assert soft_vote(teachers[0], queries, 3).tolist() == [[0.0, 0.0, 1.0]] * 4

@@ -60,7 +60,7 @@ def _run(tmp_path, recipe, params, embedder, odd: bool, n: int = 40, seed: int =
     return failure, releases
 
 
-@pytest.mark.parametrize("recipe", ["pe", "dpga", "eda"])
+@pytest.mark.parametrize("recipe", ["pe", "dpga", "eda", "kd_tutor"])
 def test_a_record_the_embedder_refuses_stops_the_run_before_anything_is_charged(
         tmp_path, recipe, request):
     params, embedder = tiny_stand_ins(recipe, tmp_path, request.getfixturevalue)

@@ -114,9 +114,9 @@ class Recipe(ABC):
     that still uses the old one is refused with a message naming the new one."""
 
     embeds_private: ClassVar[bool] = False
-    """True for recipes whose releases read the private records as nearest-neighbour voters:
-    the run embeds them before the first release, so a record the embedder cannot take stops
-    the run before anything is charged, never between two releases."""
+    """True for recipes whose releases read the private records' embeddings (voters,
+    kd_tutor's teachers): the run embeds them before the first release, so a record the
+    embedder cannot take stops the run before anything is charged, never between two."""
 
     needs_local_lm: ClassVar[bool] = False
     """True for recipes that put private records in the generator's context (dp_decoding): a

@@ -89,6 +89,7 @@ class KdTutorParams(LengthParams):
 
 class KdTutor(Recipe):
     name: ClassVar[str] = "kd_tutor"
+    embeds_private: ClassVar[bool] = True
     state_version: ClassVar[int] = 2  # 2: the pool's count of negatives
     Params: ClassVar[type[BaseModel]] = KdTutorParams
     params: KdTutorParams

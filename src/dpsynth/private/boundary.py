@@ -207,8 +207,11 @@ class Private:
         of the private units against the public `negatives` (binary, or with `labelled` one
         class per label besides public), fit where the embeddings are and stopped once
         asked."""
+        if isinstance(self._held, ShardedVoters):
+            self.close()  # the teachers' workers embed their partitions: free the CPUs
+        embedded = self._held.embeddings if isinstance(self._held, Voters) else None
         teachers = self._engine.teachers(self._data, negatives, n_teachers,
-                                         self._noise.random_key(), seed, labelled)
+                                         self._noise.random_key(), seed, labelled, embedded)
         try:
             return label_within_budget(teachers, queries, stage.mechanism, batch,
                                        self._ledger, self._noise, stage.name,
@@ -222,7 +225,8 @@ class Private:
     def embed_records(self) -> None:
         """Embed the records as voters now, before the recipe's first release (the run calls
         this for `Recipe.embeds_private`): embedding is the step that can fail on one record's
-        text, and a failure must come before anything is charged."""
+        text, and a failure must come before anything is charged. kd_tutor's teachers read
+        these embeddings (here; a cluster's workers embed their partitions again)."""
         self._voters()
 
     def _voters(self) -> Voters | ShardedVoters:

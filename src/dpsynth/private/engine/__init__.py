@@ -24,9 +24,11 @@ class Engine(Protocol):
         """The private records as voters, embedded once (the caller keeps them)."""
 
     def teachers(self, private: PrivateDataset, negatives: np.ndarray, n_teachers: int,
-                 key: bytes, seed: int, labelled: bool) -> Teachers | ShardedTeachers:
+                 key: bytes, seed: int, labelled: bool,
+                 embedded: np.ndarray | None = None) -> Teachers | ShardedTeachers:
         """PATE teachers of the private units against the public `negatives`; the caller
-        closes them once it has asked its queries."""
+        closes them once it has asked its queries. `embedded`: the records' embeddings, row
+        for row, where the run embedded them already (local voters)."""
 
 
 ENGINES: dict[str, type[LocalEngine] | type[RayEngine]] = {"local": LocalEngine,

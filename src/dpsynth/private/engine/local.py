@@ -41,6 +41,7 @@ class LocalEngine:
         return private_voters(private, self.embed(private), self.search)
 
     def teachers(self, private: PrivateDataset, negatives: np.ndarray, n_teachers: int,
-                 key: bytes, seed: int, labelled: bool) -> Teachers:
+                 key: bytes, seed: int, labelled: bool,
+                 embedded: np.ndarray | None = None) -> Teachers:
         return Teachers(train_teachers(private, self.embed, negatives, n_teachers, key, seed,
-                                       labelled))
+                                       labelled, embedded))

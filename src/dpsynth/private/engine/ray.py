@@ -321,10 +321,12 @@ class RayEngine:
         return ShardedVoters(ray, actors, blocks, labels)
 
     def teachers(self, private: PrivateDataset, negatives: np.ndarray, n_teachers: int,
-                 key: bytes, seed: int, labelled: bool = False) -> ShardedTeachers:
+                 key: bytes, seed: int, labelled: bool = False,
+                 embedded: np.ndarray | None = None) -> ShardedTeachers:
         """`pate.train_teachers` on the cluster: teacher m's partition goes whole to shard
         m mod `workers`, whose actor embeds it and fits teacher m; a shard without records
-        starts no actor."""
+        starts no actor. `embedded` is not used: the embeddings are the workers' (the run's
+        voters, embedded before the first release, showed every record embeds)."""
         keep, parts, classes = teacher_partitions(private, n_teachers, key, labelled)
         texts = private.subset(keep).texts(Access.LOCAL_EMBEDDING)
         workers = self.executor.workers

@@ -73,21 +73,37 @@ def fit_teachers(embeddings: np.ndarray, parts: np.ndarray, classes: np.ndarray,
     `parts` == m) against the public `negatives` (class 0). Wherever the embeddings are (here
     or on a Ray worker holding whole partitions), teacher m is fit on the same rows in the
     same order."""
-    return [train_classifier(np.vstack([embeddings[parts == m], negatives]),
-                             np.r_[classes[parts == m], np.zeros(len(negatives), np.int64)],
-                             seed + m)
-            if (parts == m).any() else _AlwaysPublic() for m in teachers]
+    return [_fit_teacher(np.vstack([embeddings[parts == m], negatives]),
+                         np.r_[classes[parts == m], np.zeros(len(negatives), np.int64)],
+                         seed + m) for m in teachers]
+
+
+def _fit_teacher(x: np.ndarray, y: np.ndarray, seed: int) -> LogisticRegression | _Always:
+    """A classifier, or where its rows hold one class only (an empty partition, or no public
+    negatives and one label) a teacher that always answers that class: a fixed rule of its
+    own partition, as any teacher may be, where a fit would fail between two releases."""
+    classes = np.unique(y)
+    if len(classes) > 1:
+        return train_classifier(x, y, seed)
+    return _Always(int(classes[0]) if len(classes) else 0)
 
 
 def train_teachers(private: PrivateDataset,
                    embed: Callable[[PrivateDataset], np.ndarray], negatives: np.ndarray,
-                   n_teachers: int, key: bytes, seed: int, labelled: bool = False) -> list:
+                   n_teachers: int, key: bytes, seed: int, labelled: bool = False,
+                   embedded: np.ndarray | None = None) -> list:
     """`n_teachers` classifiers of private records against the public `negatives`, teacher m
     on partition m of the private units (`teacher_partitions`); `embed` embeds private
-    records (the run's private path)."""
+    records (the run's private path), unless they are `embedded` already, row for row (read
+    in place, out of core or not: the records a teacher skips are in no partition)."""
     keep, parts, classes = teacher_partitions(private, n_teachers, key, labelled)
-    return fit_teachers(embed(private.subset(keep)), parts, classes, negatives,
-                        range(n_teachers), seed)
+    if embedded is None:
+        return fit_teachers(embed(private.subset(keep)), parts, classes, negatives,
+                            range(n_teachers), seed)
+    every_part = np.full(len(embedded), -1, dtype=np.int64)
+    every_class = np.zeros(len(embedded), dtype=np.int64)
+    every_part[keep], every_class[keep] = parts, classes
+    return fit_teachers(embedded, every_part, every_class, negatives, range(n_teachers), seed)
 
 
 def first_per_unit(texts: list[str], units: np.ndarray) -> np.ndarray:
@@ -100,13 +116,14 @@ def first_per_unit(texts: list[str], units: np.ndarray) -> np.ndarray:
     return np.array(sorted(seen.values()), dtype=np.int64)
 
 
-class _AlwaysPublic:
-    """A teacher whose partition is empty: it has seen no private record."""
+class _Always:
+    """A teacher that has seen one class only (class 0, public, for an empty partition)."""
 
-    classes_ = np.zeros(1, dtype=np.int64)
+    def __init__(self, label: int = 0) -> None:
+        self.classes_ = np.array([label], dtype=np.int64)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return np.zeros(len(x), dtype=np.int64)
+        return np.full(len(x), self.classes_[0], dtype=np.int64)
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         return np.ones((len(x), 1))
