@@ -323,3 +323,19 @@ def test_a_teacher_that_saw_one_class_votes_it_instead_of_failing():
     queries = np.zeros((4, 3))
     assert teacher_votes(teachers, queries, 3).tolist() == [[0, 0, 1]] * 4
     assert soft_vote(teachers[0], queries, 3).tolist() == [[0.0, 0.0, 1.0]] * 4
+
+
+class _Unsound:
+    """A classifier whose probabilities are NaN or do not sum to one."""
+
+    classes_ = np.array([0, 1, 2])
+
+    def predict_proba(self, x):
+        return np.array([[np.nan, 0.7, 0.7], [0.0, 0.0, 0.0], [-0.1, 0.6, 0.6]])[: len(x)]
+
+
+def test_a_soft_vote_is_a_probability_vector_on_the_grid_whatever_the_classifier_says():
+    votes = soft_vote(_Unsound(), np.zeros((3, 2)), 3)
+    assert (votes >= 0).all() and (votes.sum(axis=1) == 1.0).all()
+    assert (votes / SOFT_GRID == np.round(votes / SOFT_GRID)).all()
+    assert votes[1].tolist() == [1.0, 0.0, 0.0]  # no probability at all: public

@@ -140,6 +140,9 @@ def assert_within_sensitivity(d: Seen, d2: Seen, answer: Any = None) -> None:
         return
     assert a.shape == b.shape, f"{where}: the statistic's shape depends on the data"
     diff = np.abs(a - b).ravel()
+    if isinstance(mech, m.Laplace | m.Gaussian):  # each coordinate, as the event charges it
+        assert diff.max(initial=0) <= mech.linf_sensitivity + 1e-9, f"{where}: a coordinate " \
+            f"moved by {diff.max()} > {mech.linf_sensitivity}"
     if isinstance(mech, m.Laplace):
         assert diff.sum() <= mech.sensitivity, f"{where}: L1 {diff.sum()} > {mech.sensitivity}"
     elif isinstance(mech, m.Gaussian):

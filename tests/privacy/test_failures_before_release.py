@@ -94,3 +94,20 @@ def test_a_non_finite_embedding_is_read_as_zero():
                                                                   allow_remote=True)
     assert np.isfinite(embedded).all()
     assert not embedded[1].any() and embedded[0].any() and embedded[2].any()
+
+
+def test_an_embedding_past_float32s_range_is_zero_without_a_warning():
+    import warnings
+
+    from dpsynth.data import PrivateDataset
+
+    class Huge(HashEmbedder):
+        def encode(self, texts):
+            out = super().encode(texts).astype(np.float64)
+            out[[i for i, text in enumerate(texts) if text.startswith("zzz")]] = 1e300
+            return out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would say that some record did this
+        embedded = PrivateDataset(["fine text", ODD]).embed(Huge(), allow_remote=True)
+    assert embedded[0].any() and not embedded[1].any()

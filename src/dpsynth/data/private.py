@@ -206,6 +206,7 @@ def _finite(block: np.ndarray) -> np.ndarray:
     """A record whose embedding is not finite (a custom or remote embedder's failure on its
     text) is read as the zero vector: a fixed rule, so the record cannot make a later release
     fail, and silent, since a warning would say that some record did this."""
-    block = np.array(block, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # a value past float32's range: inf
+        block = np.array(block, dtype=np.float32)
     block[~np.isfinite(block).all(axis=1)] = 0.0
     return block

@@ -140,7 +140,9 @@ def soft_vote(teacher: LogisticRegression, queries: np.ndarray, n_classes: int) 
     of them, one teacher's before and after a unit joins, differ by at most √2 in L2 and 2 in
     L1, as two one-hot votes do (kd-tutor Eq. 4)."""
     proba = np.zeros((len(queries), n_classes))
-    proba[:, teacher.classes_] = teacher.predict_proba(queries)
+    proba[:, teacher.classes_] = np.nan_to_num(np.clip(teacher.predict_proba(queries), 0, 1))
+    total = proba.sum(axis=1, keepdims=True)  # 1 up to rounding, for any sound classifier
+    proba = np.where(total > 0, proba / np.where(total > 0, total, 1), np.eye(n_classes)[0])
     private = np.floor(proba[:, 1:] / SOFT_GRID) * SOFT_GRID
     return np.c_[1.0 - private.sum(axis=1), private]
 
