@@ -105,15 +105,15 @@ def measure(args: argparse.Namespace, train, embedder, seed: int
     out = {}
     for eps in args.epsilons:
         for votes in VOTES:
-            soft = votes == "soft"
+            soft_key = np.random.default_rng([seed, 2]).bytes(16) if votes == "soft" else None
             recipe = KdTutor(KdTutorParams(n_queries=len(queries), teachers=args.teachers,
                                            label_mode="none", votes=votes))
             plan = recipe.budget_plan(private, eps, default_delta(len(private_texts)))
             ledger = PrivacyLedger(eps, plan.delta)
             shares = label_within_budget(Teachers(teachers), emb["queries"],
                                          plan.stage(STUDENT_QUERIES).mechanism, 100, ledger,
-                                         NoiseSource(seed), STUDENT_QUERIES, soft=soft)
-            clean = teacher_votes(teachers, emb["queries"][: len(shares)], soft=soft)
+                                         NoiseSource(seed), STUDENT_QUERIES, soft_key=soft_key)
+            clean = teacher_votes(teachers, emb["queries"][: len(shares)], soft_key=soft_key)
             line = (f"ε={eps:g} {votes}: {len(shares)} student queries (σ "
                     f"{plan.stage(STUDENT_QUERIES).noise_scale:.2f}, noisy label = clean "
                     f"{np.mean(shares.argmax(axis=1) == clean.argmax(axis=1)):.3f}, mean "

@@ -1,7 +1,7 @@
 """KD-Tutor specifics: the budget bounds the student's queries, more teachers make the noisy
 vote agree with the clean one, duplicates never reach two partitions, a labelled vote moves
-like a binary one when a unit joins, and so does a soft one, which ranks where hard votes
-cannot."""
+like a binary one when a unit joins, and so does a sampled soft one (at the same key), whose
+mean is the soft sum and which ranks where hard votes cannot."""
 
 import numpy as np
 import pytest
@@ -17,8 +17,10 @@ from dpsynth.private.engine.local import LocalEngine
 from dpsynth.private.engine.teachers import (
     SOFT_GRID,
     Teachers,
+    draw_uniforms,
     first_per_unit,
     partition_units,
+    query_digests,
     soft_vote,
     teacher_votes,
     train_teachers,
@@ -157,11 +159,8 @@ def test_a_unit_joining_moves_one_labelled_teacher_and_two_counts_by_one():
     assert diff.sum(axis=1).max() <= per_query[1].sensitivity
 
 
-def test_a_unit_joining_moves_the_soft_aggregate_by_at_most_root_two():
-    """Soft votes of labelled teachers (public, a, b) on D and on D plus one unit: only the
-    newcomer's teacher moves, its probability vector may move every class, and each query's
-    summed vector moves by at most √2 in L2 and 2 in L1 (the charged Gaussian's √2), on the
-    release grid."""
+def _neighbouring_labelled_teachers() -> tuple[list, np.ndarray]:
+    """Labelled teachers (public, a, b) on D and on D plus one unit, and queries."""
     rng = np.random.default_rng(1)
     points = {f"private {i}": v for i, v in enumerate(
         _cluster(rng, np.array([1.0, 0.0]), 20) + _cluster(rng, np.array([0.0, 1.0]), 20))}
@@ -176,17 +175,55 @@ def test_a_unit_joining_moves_the_soft_aggregate_by_at_most_root_two():
     labels = ["a"] * 20 + ["b"] * 20
     d = PrivateDataset(list(points), labels=labels, label_names=["a", "b"])
     d2 = PrivateDataset([*points, *newcomer], labels=[*labels, "b"], label_names=["a", "b"])
-    teachers = [train_teachers(data, embed, negatives, 4, b"k" * 16, 0, labelled=True)
-                for data in (d, d2)]
+    return [train_teachers(data, embed, negatives, 4, b"k" * 16, 0, labelled=True)
+            for data in (d, d2)], queries
+
+
+def test_a_unit_joining_moves_the_sampled_soft_votes_as_it_moves_hard_ones():
+    """Soft votes of labelled teachers on D and on D plus one unit: the newcomer's teacher's
+    probability vector moves every class on some queries (summed, as the seed's Eq. 4, its
+    change spreads over three counts), but sampled at the same key each teacher casts one
+    class, so per query at most two counts move, by one each: the hard-vote event."""
+    teachers, queries = _neighbouring_labelled_teachers()
     one = soft_vote(teachers[0][0], queries, 3)
     assert (one >= 0).all() and np.array_equal(one.sum(axis=1), np.ones(len(queries)))
-    votes = [teacher_votes(t, queries, 3, soft=True) for t in teachers]
-    for v in votes:
-        np.testing.assert_array_equal(v / SOFT_GRID, np.rint(v / SOFT_GRID))
-    diff = votes[1] - votes[0]
-    assert (np.count_nonzero(diff, axis=1) == 3).any()  # more than two classes moved
-    assert np.linalg.norm(diff, axis=1).max() <= Gaussian(5.0, 1.0, 2).sensitivity
-    assert np.abs(diff).sum(axis=1).max() <= 2
+    summed = [sum(soft_vote(t, queries, 3) for t in ts) for ts in teachers]
+    assert (np.count_nonzero(summed[1] - summed[0], axis=1) == 3).any()
+    for key in (b"s" * 16, b"t" * 16, b"u" * 16):
+        votes = [teacher_votes(t, queries, 3, soft_key=key) for t in teachers]
+        for v in votes:
+            assert v.dtype == np.int64 and (v.sum(axis=1) == 4).all()
+        diff = votes[1] - votes[0]
+        assert (np.count_nonzero(diff, axis=1) <= 2).all() and np.abs(diff).max() <= 1
+        assert (diff.sum(axis=1) == 0).all()  # one vote moved from one class to another
+        assert np.linalg.norm(diff, axis=1).max() <= Gaussian(5.0, 1.0, 2).sensitivity
+        assert np.abs(diff).sum(axis=1).max() <= Laplace(8.0, 1.0, 2).sensitivity
+
+
+def test_sampled_soft_votes_average_to_the_soft_sum():
+    """Over many keys, each query's sampled counts average to the teachers' summed soft
+    votes: within five standard errors (each count's variance is Σ_m p_m (1 - p_m))."""
+    teachers, queries = _neighbouring_labelled_teachers()
+    teachers, queries = teachers[0], queries[:20]
+    probs = np.stack([soft_vote(t, queries, 3) for t in teachers])
+    keys = 1000
+    mean = sum(teacher_votes(teachers, queries, 3, soft_key=i.to_bytes(16, "big"))
+               for i in range(keys)) / keys
+    error = np.sqrt((probs * (1 - probs)).sum(axis=0) / keys)
+    assert np.all(np.abs(mean - probs.sum(axis=0)) <= 5 * error + 1e-12)
+    assert (error > 0).any()  # the votes did vary
+
+
+def test_a_teachers_draw_is_keyed_by_its_id_and_the_query_alone():
+    """The uniforms depend on the key, the teacher's global id and the query's values (any
+    dtype, any copy), and nothing else."""
+    queries = np.random.default_rng(0).normal(size=(5, 3))
+    u = draw_uniforms(b"k" * 16, 7, query_digests(queries))
+    assert ((u >= 0) & (u < 1)).all() and len(set(u.tolist())) == 5
+    assert np.array_equal(u, draw_uniforms(b"k" * 16, 7, query_digests(queries.copy())))
+    assert np.array_equal(draw_uniforms(b"k" * 16, 7, query_digests(queries[2:3])), u[2:3])
+    assert not np.array_equal(u, draw_uniforms(b"k" * 16, 8, query_digests(queries)))
+    assert not np.array_equal(u, draw_uniforms(b"j" * 16, 7, query_digests(queries)))
 
 
 class _Shy:
@@ -206,8 +243,8 @@ class _Shy:
 @pytest.mark.parametrize("sigma", [0.5, 3.0])
 def test_soft_votes_rank_candidates_that_hard_votes_all_call_public(sigma):
     """The student ranks test candidates by P(private); the truth is the first coordinate.
-    Hard votes say public on every query, so the student has nothing to rank by; soft ones
-    carry the teachers' graded doubt through the same noise."""
+    Hard votes say public on every query, so the student has nothing to rank by; sampled
+    soft ones carry the teachers' graded doubt, in expectation, through the same noise."""
     from types import SimpleNamespace
 
     from sklearn.metrics import roc_auc_score
@@ -217,22 +254,24 @@ def test_soft_votes_rank_candidates_that_hard_votes_all_call_public(sigma):
     recipe = KdTutor.from_config({"discriminator": "binary"})
     ctx = SimpleNamespace(private=PrivateDataset(["a", "b"]), seed=0)
     auc = {}
-    for soft, grid in ((False, 1.0), (True, SOFT_GRID)):
+    for soft_key in (None, b"s" * 16):
         shares = label_within_budget(Teachers([_Shy()] * 20), queries,
-                                     Gaussian(sigma, 1.0, 2, granularity=grid), 50,
+                                     Gaussian(sigma, 1.0, 2), 50,
                                      PrivacyLedger(1e4, 1e-6), NoiseSource(0),
-                                     "student_queries", soft=soft)
+                                     "student_queries", soft_key=soft_key)
         proba = recipe._student(ctx, queries, shares, test)
-        auc[soft] = roc_auc_score(test[:, 0] > 0, proba[:, 1])
+        auc[soft_key is not None] = roc_auc_score(test[:, 0] > 0, proba[:, 1])
     assert auc[False] == 0.5  # every candidate alike
     assert auc[True] > 0.9
 
 
-def test_soft_votes_refuse_laplace_noise():
-    from dpsynth.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="votes: soft takes noise: gaussian"):
-        KdTutor.from_config({"votes": "soft", "noise": "laplace"})
+def test_soft_and_hard_votes_plan_the_same_release_with_either_noise():
+    """A sampled soft vote moves as a hard one: the same stages, Laplace allowed."""
+    data = PrivateDataset(["a", "b"], labels=["x", "y"], label_names=["x", "y"])
+    for noise in ("gaussian", "laplace"):
+        soft, hard = (KdTutor.from_config({"votes": votes, "noise": noise}).stages(data, 1e-6)
+                      for votes in ("soft", "hard"))
+        assert soft == hard and soft[-1].mechanism == noise
 
 
 def test_labelled_without_labels_votes_private_or_public():
@@ -323,6 +362,7 @@ def test_a_teacher_that_saw_one_class_votes_it_instead_of_failing():
     queries = np.zeros((4, 3))
     assert teacher_votes(teachers, queries, 3).tolist() == [[0, 0, 1]] * 4
     assert soft_vote(teachers[0], queries, 3).tolist() == [[0.0, 0.0, 1.0]] * 4
+    assert teacher_votes(teachers, queries, 3, soft_key=b"s" * 16).tolist() == [[0, 0, 1]] * 4
 
 
 class _Unsound:

@@ -176,13 +176,14 @@ def test_ctcl_topics_and_conditions_on_ray_are_the_local_ones(cluster, private, 
     assert ray_cells == cells
 
 
-@pytest.mark.parametrize("soft", [False, True])
+@pytest.mark.parametrize("soft_key", [None, b"s" * 16])
 @pytest.mark.parametrize("n_records", [101, 1])
 def test_sharded_teachers_vote_as_the_local_ones(cluster, private, embedder_cfg, candidates,
-                                                 n_records, soft):
+                                                 n_records, soft_key):
     """Each shard fits its partitions' teachers from the same rows as locally: the same
-    votes, hard or soft (grid sums, exact in any order). With one record one shard holds all
-    of it, and the other's teachers vote public."""
+    votes, hard or sampled soft (each teacher's draw keyed by its global id, not its place
+    on a shard). With one record one shard holds all of it, and the other's teachers vote
+    public."""
     data = private.subset(range(n_records))
     negatives, queries = candidates[0][:12], candidates[0][12:]
     embedder = build_embedder(embedder_cfg)
@@ -191,8 +192,9 @@ def test_sharded_teachers_vote_as_the_local_ones(cluster, private, embedder_cfg,
     remote = on_ray(embedder_cfg).teachers(data, negatives, 7, b"k" * 16, 0, labelled=True)
     try:
         assert len(remote) == 7 and len(remote._actors) == min(2, n_records)
-        votes = remote.votes(queries, 1 + len(LABELS), soft)
-        np.testing.assert_array_equal(votes, local.votes(queries, 1 + len(LABELS), soft))
+        votes = remote.votes(queries, 1 + len(LABELS), soft_key)
+        np.testing.assert_array_equal(votes, local.votes(queries, 1 + len(LABELS), soft_key))
+        assert votes.dtype == np.int64
         assert (votes.sum(axis=1) == 7).all() and (votes[:, 1:].any() or n_records == 1)
     finally:
         remote.close()

@@ -6,14 +6,16 @@ in label proportions set by a DP label-distribution tutor.
     tutor       Gaussian label histogram, clipped and renormalised                 (§3.5)
     teachers    M private-vs-public classifiers on disjoint partitions of units    (§3.4)
     student     trained on candidates labelled by the noisy teacher vote           (§3.4)
-                (soft, the default: the teachers' summed probabilities, Eq. 4; hard:
-                their classes)
+                (soft, the default: a class each teacher draws from its probabilities,
+                Eq. 4 sampled; hard: the class it predicts)
     selection   per label, the candidates the student finds most private-like      (§3.6)
 
 Departures (docs/privacy.md, docs/recipes/kd_tutor.md): every student query is a release and
 all of them compose on the ledger, so the budget bounds how many candidates the student
-learns from; the paper counts the distillation once. The student learns from the noisy
-soft vote's shares, where the seed takes its argmax (Eq. 1). `discriminator: labelled` (the default)
+learns from; the paper counts the distillation once. A soft vote is sampled: each teacher
+casts one class drawn from its probabilities (Eq. 4's sum in expectation), so a unit moves
+one teacher's one-hot vote, as with hard votes. The student learns from the noisy votes'
+shares, where the seed takes its argmax (Eq. 1). `discriminator: labelled` (the default)
 makes the teachers (K+1)-way — the K private labels and "public" — so the noisy vote also says
 which label a candidate looks like, and a label takes, among the candidates generated for it,
 the ones the student finds most likely to be its private records (with `relabel`, among all
@@ -26,7 +28,7 @@ import logging
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from dpsynth.data.facts import DataFacts
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
@@ -40,7 +42,7 @@ from dpsynth.methods.parts.lengths import (
 from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.privacy.planning import BudgetPlan, StageSpec
 from dpsynth.privacy.stages import STUDENT_QUERIES, TUTOR
-from dpsynth.private import SOFT_GRID, train_on_shares
+from dpsynth.private import train_on_shares
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +70,16 @@ class KdTutorParams(LengthParams):
     noise: Literal["gaussian", "laplace"] = Field("gaussian", description="noise on the teachers' "
                                                   "vote counts")
     votes: Literal["soft", "hard"] = Field(
-        "soft", description="what each teacher gives a query: its class probabilities, summed "
-        "over teachers (soft, the seed's Eq. 4), or its class (hard, PATE's); both move by "
-        "√2 in L2 when a unit joins, so both take the same noise and charge")
+        "soft", description="what each teacher gives a query: a class drawn from its class "
+        "probabilities by randomness no record touches (soft: the seed's Eq. 4 in "
+        "expectation), or the class it predicts (hard, PATE's); either way a unit joining "
+        "moves one teacher's vote, so both take the same noise (gaussian or laplace) and "
+        "charge")
     label_mode: Literal["tutor", "uniform", "none"] = Field(
         "tutor", description="label proportions of the output: the DP tutor, uniform, or "
         "none (top candidates whatever their label)")
     tutor_fraction: float = Field(0.1, gt=0, lt=1, description="budget share of the DP label "
                                   "distribution (label_mode: tutor)")
-
-    @model_validator(mode="after")
-    def _soft_takes_gaussian(self) -> KdTutorParams:
-        """A soft vote's change may spread over every class: its L2 bound carries to the
-        Gaussian's charge, its L1 bound to a composed Laplace's less plainly."""
-        if self.votes == "soft" and self.noise == "laplace":
-            raise ValueError("votes: soft takes noise: gaussian; noise: laplace takes "
-                             "votes: hard")
-        return self
 
 
 class KdTutor(Recipe):
@@ -118,8 +113,7 @@ class KdTutor(Recipe):
         stages += length_stages(p, private)
         rest = 1.0 - sum(s.fraction for s in stages)
         stages.append(StageSpec(STUDENT_QUERIES, p.noise, rest, max_changed=2,
-                                compositions=p.n_queries,
-                                granularity=SOFT_GRID if p.votes == "soft" else 1.0))
+                                compositions=p.n_queries))
         return stages
 
     def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
@@ -200,7 +194,7 @@ class KdTutor(Recipe):
                embeddings: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """M discriminators, each on its partition of the private units (kd-tutor §3.4),
         against the public negatives; candidates labelled by their noisy votes (class shares:
-        one-hot from hard votes, graded from soft ones), batch by batch, until the planned
+        one-hot from hard votes, graded from sampled soft ones), batch by batch, until the planned
         number of queries is reached or the next batch would exceed the budget."""
         p = self.params
         order = ranked[np.random.default_rng([ctx.seed, 1]).permutation(len(ranked))]

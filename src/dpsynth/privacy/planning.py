@@ -43,8 +43,7 @@ class StageSpec:
     multiplier σ/C, its event a Poisson-sampled continuous Gaussian; one step per composition.
     `exponential` is one draw of the exponential mechanism (`ExponentialSample`) whose scores
     one unit moves within an interval of width `sensitivity`; its noise scale is the
-    temperature, its event bounded-range with ε = sensitivity / temperature. `granularity` is
-    the grid of a laplace/gaussian release whose values are multiples of it (soft votes).
+    temperature, its event bounded-range with ε = sensitivity / temperature.
     """
 
     name: str
@@ -58,7 +57,6 @@ class StageSpec:
     domain_size: int | None = None
     delta: float = 0.0
     monotonic: bool = False
-    granularity: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -82,11 +80,10 @@ class StageSpec:
     def mechanism_for(self, noise_scale: float) -> m.Mechanism:
         """The mechanism of one release of this stage at the given noise scale."""
         kind, d = self.mechanism, self.sensitivity
-        grid = (d, self.max_changed, float(d / self.granularity).is_integer(), self.granularity)
         if kind == "laplace":
-            return m.Laplace(noise_scale, *grid)
+            return m.Laplace(noise_scale, d, self.max_changed, float(d).is_integer())
         if kind == "gaussian":
-            return m.Gaussian(noise_scale, *grid)
+            return m.Gaussian(noise_scale, d, self.max_changed, float(d).is_integer())
         if kind == "subsampled_gaussian":
             return m.SubsampledGaussianHistogram(noise_scale, self.sampling_rate)
         if kind == "svt":

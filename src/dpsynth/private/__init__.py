@@ -1,13 +1,12 @@
 """The private side: the only package that holds private records or spends budget.
 
 `train_classifier` is the classifier PATE's teachers are; a student learning from their DP
-labels (public) is `train_on_shares`, the same classifier on soft labels. `SOFT_GRID` is the
-grid soft votes are released on, which the recipe's budget plan states."""
+labels (public) is `train_on_shares`, the same classifier on soft labels."""
 
 from dpsynth.private.boundary import Private
-from dpsynth.private.engine.teachers import SOFT_GRID, train_classifier, train_on_shares
+from dpsynth.private.engine.teachers import train_classifier, train_on_shares
 from dpsynth.private.releases.decoding import DecodingSetup, TextRequest
 from dpsynth.private.training.conditioning import Conditioning
 
-__all__ = ["SOFT_GRID", "Conditioning", "DecodingSetup", "Private", "TextRequest",
+__all__ = ["Conditioning", "DecodingSetup", "Private", "TextRequest",
            "train_classifier", "train_on_shares"]

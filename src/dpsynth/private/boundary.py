@@ -206,17 +206,20 @@ class Private:
         batch by batch within the budget, from hard or `soft` votes: `n_teachers` teachers
         of the private units against the public `negatives` (binary, or with `labelled` one
         class per label besides public), fit where the embeddings are and stopped once
-        asked."""
+        asked. The partitions and the soft votes' draws are keyed by the run's noise source,
+        never by a record."""
         if isinstance(self._held, ShardedVoters):
             self.close()  # the teachers' workers embed their partitions: free the CPUs
         embedded = self._held.embeddings if isinstance(self._held, Voters) else None
-        teachers = self._engine.teachers(self._data, negatives, n_teachers,
-                                         self._noise.random_key(), seed, labelled, embedded)
+        partition_key = self._noise.random_key()
+        soft_key = self._noise.random_key() if soft else None  # each soft vote's draw
+        teachers = self._engine.teachers(self._data, negatives, n_teachers, partition_key,
+                                         seed, labelled, embedded)
         try:
             return label_within_budget(teachers, queries, stage.mechanism, batch,
                                        self._ledger, self._noise, stage.name,
                                        1 + len(self.label_names or ()) if labelled else 2,
-                                       soft)
+                                       soft_key)
         finally:
             teachers.close()  # sharded teachers' actors stop, with what they learnt
 

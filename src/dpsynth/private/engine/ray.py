@@ -86,6 +86,7 @@ class Shard:
         self._voters: Voters | None = None
         self._votes = np.zeros(0, dtype=np.int64)
         self._teachers: list = []
+        self._teacher_ids: list[int] = []
 
     @_quiet
     def put(self, name: str, piece: np.ndarray) -> None:
@@ -134,13 +135,17 @@ class Shard:
         assert self._voters is not None
         self._teachers = fit_teachers(self._voters.embeddings, self._take("teachers"),
                                       self._take("classes"), negatives, teachers, seed)
+        self._teacher_ids = teachers
         self._voters = None
         return len(self._teachers)
 
     @_quiet
-    def teach(self, queries: np.ndarray, n_classes: int, soft: bool, parts: int) -> Any:
-        """This shard's teachers' un-noised votes per query and class, flat, in `parts`."""
-        return _split(teacher_votes(self._teachers, queries, n_classes, soft).ravel(), parts)
+    def teach(self, queries: np.ndarray, n_classes: int, soft_key: bytes | None,
+              parts: int) -> Any:
+        """This shard's teachers' un-noised votes per query and class, flat, in `parts`
+        (soft ones drawn by their global ids, as locally)."""
+        return _split(teacher_votes(self._teachers, queries, n_classes, soft_key,
+                                    self._teacher_ids).ravel(), parts)
 
     @_quiet
     def row(self, index: int) -> np.ndarray:
@@ -271,14 +276,15 @@ class ShardedTeachers:
             raise DpsynthError("the shards fit other teachers than they were asked for")
         self._idle = self._n_teachers - sum(fitted)
 
-    def votes(self, queries: np.ndarray, n_classes: int = 2, soft: bool = False) -> np.ndarray:
+    def votes(self, queries: np.ndarray, n_classes: int = 2,
+              soft_key: bytes | None = None) -> np.ndarray:
         """Votes per query and class (`teachers.teacher_votes`): the sum of the shards'
         un-noised ones; an idle teacher's, hard or soft, is public."""
         ref = self._ray.put(np.ascontiguousarray(queries))  # public: may be stored
         cells = len(queries) * n_classes
-        answers = [_ask(actor.teach, _parts(cells), ref, n_classes, soft)
+        answers = [_ask(actor.teach, _parts(cells), ref, n_classes, soft_key)
                    for actor in self._actors]
-        counts = np.zeros(cells, dtype=float if soft else np.int64)
+        counts = np.zeros(cells, dtype=np.int64)
         for answer in answers:
             counts += _receive(self._ray, answer)
         counts = counts.reshape(len(queries), n_classes)

@@ -1,7 +1,9 @@
 """PATE teachers (kd-tutor §3.4) on disjoint partitions of the private units; their noisy
 aggregate is `dpsynth.private.releases.pate`. Class 0 is "public"; a binary teacher's class 1
 is "private", a labelled teacher's class 1 + c is "private, label c". A teacher votes hard (the
-class it predicts) or soft (its probabilities, on the grid `SOFT_GRID`).
+class it predicts) or soft: one class drawn from its probabilities (`soft_vote`) by a keyed
+uniform that no record touches (`sampled_votes`), so that soft and hard votes are the same
+release.
 
 Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
 list: adding or removing a unit then changes one teacher only, which is what bounds the
@@ -130,15 +132,14 @@ class _Always:
 
 
 SOFT_GRID = 2.0**-8
-"""The grid a soft vote lies on: its sum over teachers is then exactly a multiple of it, as the
-release's integer grid asks (`mechanisms.Gaussian`, `granularity`)."""
+"""The grid a soft vote lies on: its classes' cumulative sums are then exact and the last is
+exactly 1, so a draw against them takes each class with exactly its probability."""
 
 
 def soft_vote(teacher: LogisticRegression, queries: np.ndarray, n_classes: int) -> np.ndarray:
     """The teacher's probabilities per query and class, each private class floored to
-    `SOFT_GRID` and the rest given to public: every row stays a probability vector, so two
-    of them, one teacher's before and after a unit joins, differ by at most √2 in L2 and 2 in
-    L1, as two one-hot votes do (kd-tutor Eq. 4)."""
+    `SOFT_GRID` and the rest given to public: every row is a probability vector, whatever the
+    classifier returns."""
     proba = np.zeros((len(queries), n_classes))
     proba[:, teacher.classes_] = np.nan_to_num(np.clip(teacher.predict_proba(queries), 0, 1))
     total = proba.sum(axis=1, keepdims=True)  # 1 up to rounding, for any sound classifier
@@ -147,24 +148,57 @@ def soft_vote(teacher: LogisticRegression, queries: np.ndarray, n_classes: int) 
     return np.c_[1.0 - private.sum(axis=1), private]
 
 
-def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray,
-                  n_classes: int = 2, soft: bool = False) -> np.ndarray:
-    """Votes per query and class summed over teachers, shape (n_queries, n_classes).
+def query_digests(queries: np.ndarray) -> list[bytes]:
+    """A digest of each query's vector (as float64, so any copy of the queries hashes
+    alike)."""
+    rows = np.ascontiguousarray(queries, dtype=np.float64)
+    return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
 
-    Hard votes, as in PATE, count the teachers saying each class: when a unit joins or
-    leaves, its teacher's vote may move from one class to another, changing two counts by
-    one whatever the number of classes (L2 sensitivity √2, L1 2); integer counts take exact
-    discrete noise. Soft votes (kd-tutor Eq. 4) sum the teachers' `soft_vote`s: the same
-    bounds, on multiples of `SOFT_GRID` (sums of at most 2^44 teachers are exact in float).
+
+def draw_uniforms(key: bytes, teacher: int, digests: Sequence[bytes]) -> np.ndarray:
+    """Teacher `teacher`'s uniform in [0, 1) per query (by its digest): a keyed hash of the
+    teacher's global id and the query, so it depends on neither the records nor where the
+    teacher is fit."""
+    ident = int(teacher).to_bytes(8, "big")
+    return np.fromiter(
+        (int.from_bytes(hashlib.blake2b(ident + d, key=key, digest_size=8).digest(), "big")
+         >> 11 for d in digests), dtype=np.float64, count=len(digests)) * 2.0**-53
+
+
+def sampled_votes(teacher: LogisticRegression, queries: np.ndarray, n_classes: int,
+                  uniforms: np.ndarray) -> np.ndarray:
+    """The class each query's uniform falls in along the teacher's cumulative `soft_vote`:
+    class c with probability exactly its share (the sums are exact, the last is 1 > u)."""
+    cumulative = np.cumsum(soft_vote(teacher, queries, n_classes), axis=1)
+    return (uniforms[:, None] >= cumulative).sum(axis=1)
+
+
+def teacher_votes(teachers: Sequence[LogisticRegression], queries: np.ndarray,
+                  n_classes: int = 2, soft_key: bytes | None = None,
+                  ids: Sequence[int] | None = None) -> np.ndarray:
+    """Votes per query and class summed over teachers, shape (n_queries, n_classes): how
+    many teachers cast each class.
+
+    A hard vote (PATE's) is the class the teacher predicts. A soft one (`soft_key` given,
+    kd-tutor Eq. 4 sampled) is a class drawn from the teacher's `soft_vote` by its uniform
+    (`draw_uniforms`, keyed on `soft_key` and teacher m's global id, `ids`: 0, 1, … unless
+    given), so its expected count is the soft sum. Either way, when a unit joins or leaves
+    only its teacher's vote may move from one class to another (for soft votes at any fixed
+    draw, the uniforms being the same on both datasets): two counts change by one whatever
+    the number of classes (L2 sensitivity √2, L1 2), and integer counts take exact discrete
+    noise.
     """
-    counts = np.zeros((len(queries), n_classes))
+    counts = np.zeros((len(queries), n_classes), dtype=np.int64)
     rows = np.arange(len(queries))
-    for teacher in teachers:
-        if soft:
-            counts += soft_vote(teacher, queries, n_classes)
+    digests = query_digests(queries) if soft_key is not None else []
+    for m, teacher in zip(range(len(teachers)) if ids is None else ids, teachers, strict=True):
+        if soft_key is None:
+            cast = teacher.predict(queries).astype(np.int64)
         else:
-            counts[rows, teacher.predict(queries).astype(np.int64)] += 1
-    return counts if soft else counts.astype(np.int64)
+            cast = sampled_votes(teacher, queries, n_classes,
+                                 draw_uniforms(soft_key, m, digests))
+        counts[rows, cast] += 1
+    return counts
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,8 +212,9 @@ class Teachers:
     def __len__(self) -> int:
         return len(self.models)
 
-    def votes(self, queries: np.ndarray, n_classes: int = 2, soft: bool = False) -> np.ndarray:
-        return teacher_votes(self.models, queries, n_classes, soft)
+    def votes(self, queries: np.ndarray, n_classes: int = 2,
+              soft_key: bytes | None = None) -> np.ndarray:
+        return teacher_votes(self.models, queries, n_classes, soft_key)
 
     def close(self) -> None:
         """Nothing to free (sharded teachers stop their actors here)."""

@@ -27,7 +27,8 @@ def noisy_votes(votes: np.ndarray, mechanism: Gaussian | Laplace, ledger: Privac
 
 def shares(noisy: np.ndarray, soft: bool) -> np.ndarray:
     """What the student learns from, per query, post-processing only. Hard: the noisy
-    argmax, one-hot. Soft: the noisy sums clipped at 0 and normalised (the seed renormalises
+    argmax, one-hot. Soft: the noisy counts (of sampled soft votes, whose expectation is the
+    soft sum) clipped at 0 and normalised (the seed renormalises
     out-of-range noisy values the same way, §3.5 note 2), uniform where none stays above 0."""
     if not soft:
         return np.eye(noisy.shape[1])[np.argmax(noisy, axis=1)]
@@ -39,9 +40,10 @@ def shares(noisy: np.ndarray, soft: bool) -> np.ndarray:
 def label_within_budget(teachers: Teachers, queries: np.ndarray,
                         per_query: Gaussian | Laplace, batch: int, ledger: PrivacyLedger,
                         noise: NoiseSource, stage: str, n_classes: int = 2,
-                        soft: bool = False) -> np.ndarray:
+                        soft_key: bytes | None = None) -> np.ndarray:
     """Noisy teacher labels (`shares`, one row per query) for `queries`, in order and batch
-    by batch, from hard or `soft` votes; a batch that would exceed the budget is halved until
+    by batch, from hard votes or soft ones sampled with `soft_key` (`teachers.teacher_votes`:
+    the same release either way); a batch that would exceed the budget is halved until
     it fits, and labelling stops when no query fits. `per_query` is the planned release of
     one query; a batch of b releases b of them at once (b times the changed coordinates:
     the same event as b separate releases). Returns the labels of the prefix of `queries`
@@ -54,9 +56,9 @@ def label_within_budget(teachers: Teachers, queries: np.ndarray,
             size //= 2
         if size == 0:
             break
-        votes = teachers.votes(queries[done: done + size], n_classes, soft)
+        votes = teachers.votes(queries[done: done + size], n_classes, soft_key)
         labels.append(shares(noisy_votes(votes, _batch(per_query, size), ledger, noise,
-                                         stage), soft))
+                                         stage), soft_key is not None))
         done += size
     return np.vstack(labels)
 
