@@ -427,3 +427,34 @@ def test_a_pools_dead_remote_editor_is_caught_before_any_release(tmp_path, ticke
         run(make_config(tmp_path, tickets, "pe", **PE), embedder=HashEmbedder(),
             generator=generator)
     assert journal_charges(tmp_path / "out") == []
+
+
+def test_a_dropped_keyboard_interrupt_prints_no_traceback_and_other_errors_still_do(
+        monkeypatch):
+    """A signal landing in a weakref callback during an import raises KeyboardInterrupt where
+    Python can only drop it; its report printed "Exception ignored in ... Traceback" beside
+    the stopped run's one line (seen in a full-suite run). Other dropped errors still reach
+    the hook that was there before, which is back once the run ends."""
+    import weakref
+
+    from dpsynth.stops import signals_stop_the_run
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(type(u.exc_value)))
+
+    class Target:
+        pass
+
+    def dropped(error):
+        def callback(_):
+            raise error
+        target = Target()
+        ref = weakref.ref(target, callback)  # noqa: F841 (the callback needs it alive)
+        del target
+
+    with signals_stop_the_run():
+        dropped(KeyboardInterrupt())
+        dropped(ValueError("a real bug"))
+    assert reported == [ValueError]
+    dropped(KeyboardInterrupt())  # outside a run: the previous hook's again
+    assert reported == [ValueError, KeyboardInterrupt]

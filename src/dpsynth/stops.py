@@ -12,6 +12,7 @@ privacy.json behind the journal.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +40,15 @@ def signals_stop_the_run() -> Iterator[None]:
         if not _shielded.is_set():
             raise KeyboardInterrupt
 
+    def quiet(unraisable: object) -> None:
+        """A KeyboardInterrupt Python dropped (see above) is remembered, not news: without
+        this it prints a traceback beside the one-line message the stopped run ends with."""
+        if isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+            return
+        hook(unraisable)
+
     _requested.clear()
+    hook, sys.unraisablehook = sys.unraisablehook, quiet
     previous = {signum: signal.signal(signum, interrupt)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -47,6 +56,7 @@ def signals_stop_the_run() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        sys.unraisablehook = hook
         _requested.clear()
 
 
