@@ -499,3 +499,41 @@ def test_texts_cut_at_max_tokens_are_finished_from_their_public_prompt_alone(tmp
     assert metrics["ending_mid_sentence"] <= metrics["ended_before_max_tokens"]
     privacy = json.loads(outputs.privacy.read_text())
     assert [c["stage"] for c in privacy["charges"]] == ["label_histogram", "decoding"]
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path, monkeypatch):
+    """Each text is journaled as it is drawn: the resumed run keeps the texts written down,
+    builds no batch for them, decodes only the rest, and charges nothing again."""
+    from dpsynth.privacy.journal import Journal
+    from dpsynth.private.releases import decoding
+
+    write = Journal.append_part
+
+    def write_then_die(journal, index, part, value, draws):
+        write(journal, index, part, value, draws)
+        if part == 2:
+            raise _Killed
+
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(Journal, "append_part", write_then_die)
+        run(_config(tmp_path), embedder=HashEmbedder(), generator=RecordingGenerator())
+    lines = [json.loads(x) for x in
+             (tmp_path / "out" / "checkpoints" / "releases.jsonl").read_text().splitlines()]
+    written = [x["part"]["value"] for x in lines if "part" in x]
+    assert len(written) == 3 and not any("output" in x and x["output"] == 1 for x in lines)
+
+    built = []
+    monkeypatch.setattr(decoding, "BatchScores",
+                        lambda *args: built.append(args) or BatchScores(*args))
+    outputs = run(_config(tmp_path), embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert len(built) == PARAMS["n_output"] - 3
+    lines = [json.loads(x) for x in
+             (tmp_path / "out" / "checkpoints" / "releases.jsonl").read_text().splitlines()]
+    answer = next(x["value"] for x in lines if x.get("output") == 1)
+    assert answer[:3] == written and len(answer) == PARAMS["n_output"]
+    privacy = json.loads(outputs.privacy.read_text())
+    assert [c["stage"] for c in privacy["charges"]] == ["label_histogram", "decoding"]

@@ -11,6 +11,7 @@ from dpsynth.errors import InputError
 from dpsynth.privacy import Gaussian, Laplace
 from dpsynth.privacy.journal import Journal, JournalHeader, decode, encode
 from dpsynth.privacy.ledger import NOT_DRAWN, PrivacyLedger
+from dpsynth.privacy.mechanisms import DisjointSequences, ExponentialSample
 from dpsynth.privacy.noise import NoiseSource
 
 HEADER = JournalHeader(2.0, 1e-5, 11, "cryptographic", "record")
@@ -21,6 +22,7 @@ def _journaled_ledger(path):
     journal.close()  # these tests reopen the folder in one process
     ledger = PrivacyLedger(2.0, 1e-5, charges=[r.charge for r in journal.releases])
     ledger.on_charge, ledger.on_answer = journal.append_charge, journal.append_output
+    ledger.on_part = journal.append_part
     return journal, ledger
 
 
@@ -199,3 +201,89 @@ def test_a_journal_without_stream_positions_draws_again_on_replay(tmp_path):
     np.testing.assert_array_equal(restarted.release("hist", _Counted(2.0), [5, 9], noise),
                                   first)
     assert _Counted.draws == 1 and noise.draws == 1
+
+
+class _Sequence:
+    """A text of three draws over four candidates whose scores follow the draws so far;
+    counts the draws asked of it."""
+
+    asked = 0
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def next_scores(self, drawn):
+        type(self).asked += 1
+        if len(drawn) == 3:
+            return None
+        return np.arange(4), np.array([self.offset, len(drawn), 0.5, -1.0])
+
+
+class _Killed(Exception):
+    pass
+
+
+def _decode(ledger, noise, sources):
+    return ledger.release("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3),
+                          sources, noise)
+
+
+def _killed_after(parts: int, path):
+    """A ledger whose journal loses its process right after `parts` parts were written."""
+    journal, ledger = _journaled_ledger(path)
+
+    def write_then_die(index, part, value, draws):
+        journal.append_part(index, part, value, draws)
+        if part + 1 == parts:
+            raise _Killed
+
+    ledger.on_part = write_then_die
+    return ledger
+
+
+@pytest.mark.parametrize("written", [1, 3])
+def test_a_release_in_parts_resumes_after_the_parts_written_down(tmp_path, written):
+    """A seeded run killed inside a long release gets back the parts journaled, draws none of
+    them again, and draws the rest as the uninterrupted run did; one charge for all."""
+    sources = [_Sequence(float(i)) for i in range(5)]
+    uninterrupted = _decode(PrivacyLedger(2.0, 1e-5), NoiseSource(seed=3), sources)
+    path = tmp_path / "releases.jsonl"
+    with pytest.raises(_Killed):
+        _decode(_killed_after(written, path), NoiseSource(seed=3), sources)
+    journal, restarted = _journaled_ledger(path)
+    assert [len(r.parts) for r in journal.releases] == [written]
+    assert journal.releases[0].output is NOT_DRAWN
+    restarted.replay(journal.releases)
+    _Sequence.asked = 0
+    resumed = _decode(restarted, NoiseSource(seed=3), sources)
+    assert resumed == uninterrupted
+    assert _Sequence.asked == 3 * (5 - written)  # 3 draws for each text left, none before
+    assert len(restarted.charges) == 1
+    again = _journaled_ledger(path)[0].releases
+    assert len(again) == 1 and again[0].output == uninterrupted  # the whole answer now
+
+
+def test_an_unseeded_release_in_parts_keeps_its_written_parts_and_draws_the_rest_fresh(
+        tmp_path):
+    sources = [_Sequence(float(i)) for i in range(4)]
+    path = tmp_path / "releases.jsonl"
+    with pytest.raises(_Killed):
+        _decode(_killed_after(2, path), NoiseSource(), sources)
+    journal, restarted = _journaled_ledger(path)
+    written = [value for value, _ in journal.releases[0].parts]
+    restarted.replay(journal.releases)
+    resumed = _decode(restarted, NoiseSource(), sources)
+    assert resumed[:2] == written and len(resumed) == 4
+    assert all(len(text) == 3 for text in resumed)
+
+
+def test_only_a_prefix_of_parts_in_order_is_read_back(tmp_path):
+    path = tmp_path / "releases.jsonl"
+    journal, ledger = _journaled_ledger(path)
+    ledger.charge("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3).event)
+    journal.append_part(0, 0, [1, 2], 3)
+    journal.append_part(0, 2, [0, 0], 9)  # part 1 missing: part 2 cannot be used
+    with path.open("a") as handle:
+        handle.write('{"part": {"output": 0, "index": 1, "val')  # torn by a kill
+    reread = _journaled_ledger(path)[0].releases[0]
+    assert reread.parts == (([1, 2], 3),)

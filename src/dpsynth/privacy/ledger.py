@@ -38,7 +38,7 @@ from dpsynth.privacy.events import (
     rdp_epsilon,
     spend,
 )
-from dpsynth.privacy.mechanisms import Mechanism
+from dpsynth.privacy.mechanisms import Mechanism, ReleasedInParts
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.stops import raise_if_stop_requested
 
@@ -86,6 +86,9 @@ class Journaled:
     output: Any = NOT_DRAWN
     draws: int | None = None
     """The noise stream's position after the answer was drawn (None in older journals)."""
+    parts: tuple[tuple[Any, int], ...] = ()
+    """For a release drawn in parts whose whole answer was not written down: the parts that
+    were, first to last, each with the noise stream's position after it."""
 
 
 @dataclass
@@ -127,6 +130,11 @@ class PrivacyLedger:
     """Called with (charge index, noisy answer, the noise stream's position after it) after
     the noise is drawn and before the answer is returned: the journal writes them, so that a
     restart reuses the answer and continues the stream where it was."""
+    on_part: Callable[[int, int, Any, int], None] | None = field(default=None, repr=False,
+                                                                  compare=False)
+    """Called with (charge index, part index, part, the stream's position after it) as each
+    part of a release drawn in parts (`ReleasedInParts`) is drawn: a restart continues after
+    the parts written down."""
     _pending: deque = field(default_factory=deque, init=False, repr=False, compare=False)
     _caps: dict[str, float] | None = field(default=None, init=False, repr=False,
                                            compare=False)
@@ -298,13 +306,32 @@ class PrivacyLedger:
         elif replayed.output is not NOT_DRAWN and replayed.draws is not None:
             noise.continue_at(replayed.draws)
             return replayed.output
-        answer = mechanism._release(values, noise)
         if replayed is not None and replayed.output is not NOT_DRAWN:
+            mechanism._release(values, noise)  # an older journal: the stream moves as it did
             return replayed.output
+        index = replayed.index if replayed is not None else len(self.charges) - 1
+        answer = self._draw(index, mechanism, values, noise,
+                            replayed.parts if replayed is not None else ())
         if self.on_answer is not None:
-            index = replayed.index if replayed is not None else len(self.charges) - 1
             self.on_answer(index, answer, noise.draws)
         return answer
+
+    def _draw(self, index: int, mechanism: Mechanism, values: Any, noise: NoiseSource,
+              parts: tuple[tuple[Any, int], ...]) -> Any:
+        """The noisy answer. One drawn in parts has each part written down as it is drawn
+        and, replayed, continues after the parts written down, the stream where they left
+        it (the charge, made once, covers every part)."""
+        if not isinstance(mechanism, ReleasedInParts):
+            return mechanism._release(values, noise)
+        if parts:
+            noise.continue_at(parts[-1][1])
+
+        def write_down(part: int, value: Any) -> None:
+            if self.on_part is not None:
+                self.on_part(index, part, value, noise.draws)
+
+        return mechanism._release_from(values, noise, [value for value, _ in parts],
+                                       write_down)
 
     def spent(self) -> float:
         """Composed ε at the budget's δ: PLD accounting, or RDP where a bounded-range

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -431,8 +431,24 @@ class ScoreSequence(Protocol):
     def next_scores(self, drawn: list[int]) -> tuple[np.ndarray, np.ndarray] | None: ...
 
 
+class ReleasedInParts(Mechanism):
+    """A release whose answer is a list of parts drawn one after another (DP decoding: a text
+    per part). The ledger journals each part as it is drawn, so a run killed inside a long
+    release resumes after the parts journaled instead of drawing them again; the charge, made
+    before the first part, covers them all."""
+
+    def _release(self, values: Any, noise: NoiseSource) -> list:
+        return self._release_from(values, noise, [], lambda index, part: None)
+
+    @abstractmethod
+    def _release_from(self, values: Sequence, noise: NoiseSource, done: list,
+                      on_part: Callable[[int, Any], None]) -> list:
+        """`done` followed by the parts of `values[len(done):]`, calling `on_part(index,
+        part)` as each is drawn."""
+
+
 @dataclass(frozen=True)
-class DisjointSequences(Mechanism):
+class DisjointSequences(ReleasedInParts):
     """Sequences of up to `length` adaptive `ExponentialSample` draws, one sequence per
     `ScoreSequence`, the sequences computed from disjoint parts of the data (private
     decoding: a text per disjoint batch of records, one draw per token).
@@ -466,18 +482,23 @@ class DisjointSequences(Mechanism):
     def noise_scale(self) -> float:
         return self.step.noise_scale
 
-    def _release(self, values: Sequence[ScoreSequence], noise: NoiseSource) -> list[list[int]]:
-        out = []
-        for source in values:
-            drawn: list[int] = []
-            while len(drawn) < self.length:
-                nxt = source.next_scores(drawn)
-                if nxt is None:
-                    break
-                ids, scores = nxt
-                drawn.append(int(np.asarray(ids)[self.step._release(scores, noise)]))
-            out.append(drawn)
+    def _release_from(self, values: Sequence[ScoreSequence], noise: NoiseSource,
+                      done: list, on_part: Callable[[int, Any], None]) -> list[list[int]]:
+        out = list(done)
+        for source in values[len(done):]:
+            out.append(self._sequence(source, noise))
+            on_part(len(out) - 1, out[-1])
         return out
+
+    def _sequence(self, source: ScoreSequence, noise: NoiseSource) -> list[int]:
+        drawn: list[int] = []
+        while len(drawn) < self.length:
+            nxt = source.next_scores(drawn)
+            if nxt is None:
+                break
+            ids, scores = nxt
+            drawn.append(int(np.asarray(ids)[self.step._release(scores, noise)]))
+        return drawn
 
 
 @dataclass(frozen=True)

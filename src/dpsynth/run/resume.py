@@ -94,6 +94,7 @@ def restore(journal: Journal, latest: tuple[int, dict[str, Any]] | None, config:
         log.info("resuming: ε spent so far %.4g", ledger.spent())
     ledger.on_charge = journal.append_charge
     ledger.on_answer = journal.append_output
+    ledger.on_part = journal.append_part
     return ledger, noise, resumed
 
 

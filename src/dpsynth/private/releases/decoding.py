@@ -200,7 +200,8 @@ def dp_decode(private: PrivateDataset, lm: ContextLM, setup: DecodingSetup,
 
 class _LazySources(Sequence):
     """One `BatchScores` per request, built when the mechanism reaches it, so one text's
-    KV caches are held at a time."""
+    KV caches are held at a time; a slice is the requests still to decode (a resumed release
+    continues after the texts its journal holds, building none of them)."""
 
     def __init__(self, lm, setup, requests, batches) -> None:
         self._args = lm, setup
@@ -210,6 +211,8 @@ class _LazySources(Sequence):
         return len(self._requests)
 
     def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return _LazySources(*self._args, self._requests[i], self._batches[i])
         return self.fresh(i)
 
     def fresh(self, i: int) -> BatchScores:
