@@ -15,7 +15,7 @@ from dp_accounting import dp_event, pld, rdp
 from dpsynth.backends.generators.context_lm import SLOT
 from dpsynth.config import parse_config
 from dpsynth.data import PrivateDataset
-from dpsynth.errors import ConfigError
+from dpsynth.errors import ConfigError, InputError
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import DisjointSequences, ExponentialSample
 from dpsynth.privacy.noise import NoiseSource
@@ -513,8 +513,8 @@ def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path,
 
     write = Journal.append_part
 
-    def write_then_die(journal, index, part, value, draws):
-        write(journal, index, part, value, draws)
+    def write_then_die(journal, index, part, value, draws, layout):
+        write(journal, index, part, value, draws, layout)
         if part == 2:
             raise _Killed
 
@@ -526,6 +526,9 @@ def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path,
     written = [x["part"]["value"] for x in lines if "part" in x]
     assert len(written) == 3 and not any("output" in x and x["output"] == 1 for x in lines)
 
+    with pytest.raises(InputError, match="another layout of the data"):  # records move
+        run(_config(tmp_path, n_output=12), embedder=HashEmbedder(),
+            generator=RecordingGenerator())
     built = []
     monkeypatch.setattr(decoding, "BatchScores",
                         lambda *args: built.append(args) or BatchScores(*args))

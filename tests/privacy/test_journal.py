@@ -223,8 +223,8 @@ class _Killed(Exception):
     pass
 
 
-def _decode(ledger, noise, sources):
-    return ledger.release("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3),
+def _decode(ledger, noise, sources, layout=""):
+    return ledger.release("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3, layout),
                           sources, noise)
 
 
@@ -232,8 +232,8 @@ def _killed_after(parts: int, path):
     """A ledger whose journal loses its process right after `parts` parts were written."""
     journal, ledger = _journaled_ledger(path)
 
-    def write_then_die(index, part, value, draws):
-        journal.append_part(index, part, value, draws)
+    def write_then_die(index, part, value, draws, layout):
+        journal.append_part(index, part, value, draws, layout)
         if part + 1 == parts:
             raise _Killed
 
@@ -281,9 +281,27 @@ def test_only_a_prefix_of_parts_in_order_is_read_back(tmp_path):
     path = tmp_path / "releases.jsonl"
     journal, ledger = _journaled_ledger(path)
     ledger.charge("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3).event)
-    journal.append_part(0, 0, [1, 2], 3)
-    journal.append_part(0, 2, [0, 0], 9)  # part 1 missing: part 2 cannot be used
+    journal.append_part(0, 0, [1, 2], 3, "a")
+    journal.append_part(0, 2, [0, 0], 9, "a")  # part 1 missing: part 2 cannot be used
     with path.open("a") as handle:
         handle.write('{"part": {"output": 0, "index": 1, "val')  # torn by a kill
     reread = _journaled_ledger(path)[0].releases[0]
-    assert reread.parts == (([1, 2], 3),)
+    assert reread.parts == (([1, 2], 3),) and reread.layout == "a"
+
+
+def test_parts_drawn_under_another_layout_are_refused_not_continued(tmp_path):
+    """A setting that moves records between parts changed since the kill: continuing would
+    let one record feed an old part and a new one under one charge."""
+    sources = [_Sequence(float(i)) for i in range(4)]
+    path = tmp_path / "releases.jsonl"
+    with pytest.raises(_Killed):
+        _decode(_killed_after(2, path), NoiseSource(seed=3), sources, layout="before")
+    journal, restarted = _journaled_ledger(path)
+    restarted.replay(journal.releases)
+    _Sequence.asked = 0
+    with pytest.raises(InputError, match="another layout of the data"):
+        _decode(restarted, NoiseSource(seed=3), sources, layout="after")
+    assert _Sequence.asked == 0 and len(restarted.charges) == 1
+    journal, again = _journaled_ledger(path)
+    again.replay(journal.releases)
+    assert len(_decode(again, NoiseSource(seed=3), sources, layout="before")) == 4

@@ -7,8 +7,9 @@ One JSON object a line, each fsynced before the process goes on:
     {"output": i, "value": ..., "draws": n} release i's noisy answer, before it is used, and
                                             the noise stream's position after it
     {"part": {"output": i, "index": j,      part j of release i's answer, for a release
-              "value": ..., "draws": n}}    drawn in parts (a text of DP decoding), as
-                                            it is drawn: a restart continues after it
+              "value": ..., "draws": n,     drawn in parts (a text of DP decoding), as
+              "layout": ...}}               it is drawn: a restart with the same layout
+                                            continues after it
 
 A release's noisy answer is public once drawn, so journaling it costs nothing; a run that
 restarts in the folder replays the journal instead of releasing again (`PrivacyLedger.replay`).
@@ -153,9 +154,9 @@ class Journal:
     def append_output(self, index: int, value: Any, draws: int) -> None:
         self._append({"output": index, "value": encode(value), "draws": draws})
 
-    def append_part(self, index: int, part: int, value: Any, draws: int) -> None:
+    def append_part(self, index: int, part: int, value: Any, draws: int, layout: str) -> None:
         self._append({"part": {"output": index, "index": part, "value": encode(value),
-                               "draws": draws}})
+                               "draws": draws, "layout": layout}})
 
     def _append(self, entry: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
@@ -167,18 +168,21 @@ class Journal:
 def _releases(lines: list[dict[str, Any]]) -> list[Journaled]:
     charges, outputs = [], {}
     parts: dict[int, list[tuple[Any, int]]] = {}
+    layouts: dict[int, str] = {}
     for entry in lines:
         if "charge" in entry:
             charges.append(Charge.from_json(entry["charge"]))
         elif "part" in entry:
             part = entry["part"]
-            written = parts.setdefault(int(part["output"]), [])
-            if int(part["index"]) == len(written):  # a prefix of the parts, in order
+            index = int(part["output"])
+            written = parts.setdefault(index, [])
+            if int(part["index"]) == len(written) and layouts.setdefault(
+                    index, part["layout"]) == part["layout"]:  # a prefix, in order
                 written.append((decode(part["value"]), int(part["draws"])))
         else:
             outputs[int(entry["output"])] = decode(entry["value"]), entry.get("draws")
-    return [Journaled(i, charge, *outputs.get(i, (NOT_DRAWN, None)), tuple(parts.get(i, ())))
-            for i, charge in enumerate(charges)]
+    return [Journaled(i, charge, *outputs.get(i, (NOT_DRAWN, None)), tuple(parts.get(i, ())),
+                      layouts.get(i, "")) for i, charge in enumerate(charges)]
 
 
 def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:

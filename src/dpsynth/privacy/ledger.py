@@ -29,7 +29,7 @@ import numpy as np
 from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from dpsynth.errors import BudgetExceededError
+from dpsynth.errors import BudgetExceededError, InputError
 from dpsynth.privacy.events import (
     RDP_ORDERS,
     PldAccountant,
@@ -89,6 +89,8 @@ class Journaled:
     parts: tuple[tuple[Any, int], ...] = ()
     """For a release drawn in parts whose whole answer was not written down: the parts that
     were, first to last, each with the noise stream's position after it."""
+    layout: str = ""
+    """The layout those parts were drawn under (`ReleasedInParts.layout`)."""
 
 
 @dataclass
@@ -130,9 +132,10 @@ class PrivacyLedger:
     """Called with (charge index, noisy answer, the noise stream's position after it) after
     the noise is drawn and before the answer is returned: the journal writes them, so that a
     restart reuses the answer and continues the stream where it was."""
-    on_part: Callable[[int, int, Any, int], None] | None = field(default=None, repr=False,
-                                                                  compare=False)
-    """Called with (charge index, part index, part, the stream's position after it) as each
+    on_part: Callable[[int, int, Any, int, str], None] | None = field(
+        default=None, repr=False, compare=False)
+    """Called with (charge index, part index, part, the stream's position after it, the
+    release's layout) as each
     part of a release drawn in parts (`ReleasedInParts`) is drawn: a restart continues after
     the parts written down."""
     _pending: deque = field(default_factory=deque, init=False, repr=False, compare=False)
@@ -311,7 +314,7 @@ class PrivacyLedger:
             return replayed.output
         index = replayed.index if replayed is not None else len(self.charges) - 1
         answer = self._draw(index, mechanism, values, noise,
-                            replayed.parts if replayed is not None else ())
+                            self._continuable(replayed, mechanism))
         if self.on_answer is not None:
             self.on_answer(index, answer, noise.draws)
         return answer
@@ -328,10 +331,25 @@ class PrivacyLedger:
 
         def write_down(part: int, value: Any) -> None:
             if self.on_part is not None:
-                self.on_part(index, part, value, noise.draws)
+                self.on_part(index, part, value, noise.draws, mechanism.layout)
 
         return mechanism._release_from(values, noise, [value for value, _ in parts],
                                        write_down)
+
+    @staticmethod
+    def _continuable(replayed: Journaled | None, mechanism: Mechanism) -> tuple:
+        """The parts a replayed release continues after. Parts drawn under another layout
+        (a setting that moves records between parts changed since) are refused: the new
+        parts could read a record that fed an old one, and one charge would pay for two."""
+        if replayed is None or not replayed.parts:
+            return ()
+        if not isinstance(mechanism, ReleasedInParts) or mechanism.layout != replayed.layout:
+            raise InputError(
+                f"release {replayed.index} (stage '{replayed.charge.stage}') was being drawn "
+                "when the run stopped, with another layout of the data among its parts (a "
+                "recipe setting changed since); resume with the config it was started with, "
+                "or use a new output folder")
+        return replayed.parts
 
     def spent(self) -> float:
         """Composed ε at the budget's δ: PLD accounting, or RDP where a bounded-range

@@ -435,7 +435,13 @@ class ReleasedInParts(Mechanism):
     """A release whose answer is a list of parts drawn one after another (DP decoding: a text
     per part). The ledger journals each part as it is drawn, so a run killed inside a long
     release resumes after the parts journaled instead of drawing them again; the charge, made
-    before the first part, covers them all."""
+    before the first part, covers them all. Only parts drawn under the same `layout` are
+    continued: which data feeds which part decides that the parts compose in parallel."""
+
+    @property
+    @abstractmethod
+    def layout(self) -> str:
+        """A public digest of which data feeds which part."""
 
     def _release(self, values: Any, noise: NoiseSource) -> list:
         return self._release_from(values, noise, [], lambda index, part: None)
@@ -460,6 +466,8 @@ class DisjointSequences(ReleasedInParts):
 
     step: ExponentialSample
     length: int
+    layout: str = ""
+    """Which records feed which sequence (a digest of the batches' public layout)."""
 
     def __post_init__(self) -> None:
         if self.length < 1:

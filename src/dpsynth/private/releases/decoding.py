@@ -28,6 +28,7 @@ are dropped when the release returns.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -195,7 +196,15 @@ def dp_decode(private: PrivateDataset, lm: ContextLM, setup: DecodingSetup,
         raise ValueError("every private instruction needs the example slot")
     batches = record_batches(private, requests, buckets, seed)
     sources = _LazySources(lm, setup, requests, batches)
-    return ledger.release(stage, mechanism, sources, noise)
+    laid = dataclasses.replace(mechanism, layout=layout(requests, buckets, seed))
+    return ledger.release(stage, laid, sources, noise)
+
+
+def layout(requests: Sequence[TextRequest], buckets: Sequence[int], seed: int) -> str:
+    """A digest of which bucket feeds which text: the public facts that decide which records
+    share a text (a resumed decoding continues its journaled texts only under the same)."""
+    facts = [seed, [int(b) for b in buckets], [(r.group, r.batch) for r in requests]]
+    return hashlib.blake2b(repr(facts).encode(), digest_size=16).hexdigest()
 
 
 class _LazySources(Sequence):
