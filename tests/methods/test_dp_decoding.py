@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -113,7 +114,7 @@ def test_the_decoding_charge_is_dp_accountings_composition_of_its_tokens(eps_tok
     RDP bound of `tokens` ε²/8-zCDP draws, both computed here with dp_accounting itself."""
     step = ExponentialSample(1.0, eps_token)
     ledger = PrivacyLedger(epsilon=100.0, delta=delta)
-    ledger.charge("decoding", DisjointSequences(step, tokens).event,
+    ledger.charge("decoding", DisjointSequences(step, tokens, "one").event,
                   mechanism="disjoint_sequences")
     by_pld = pld.privacy_loss_distribution.from_privacy_parameters(
         pld.common.DifferentialPrivacyParameters(eps_token, 0.0),
@@ -317,8 +318,9 @@ PARAMS = {"n_output": 8, "batch_size": 4, "max_tokens": 6, "max_example_tokens":
 
 def _config(tmp_path, data=None, backends=None, **params):
     texts, labels = ticket_texts(120)
-    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
-                                                          index=False)
+    if not (tmp_path / "private.csv").exists():  # written once: a resume reads the same file
+        pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
+                                                              index=False)
     raw = {"data": {"path": "private.csv", "label_column": "label",
                     "labels": sorted(set(labels)), **(data or {})},
            "budget": {"epsilon": 2.0}, "seed": 1,
@@ -529,6 +531,16 @@ def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path,
     with pytest.raises(InputError, match="another layout of the data"):  # records move
         run(_config(tmp_path, n_output=12), embedder=HashEmbedder(),
             generator=RecordingGenerator())
+    data = tmp_path / "private.csv"
+    kept = data.stat()
+    edited = pd.read_csv(data)
+    edited.loc[0, "text"] = "an edited record moves to another batch"
+    edited.to_csv(data, index=False)
+    with pytest.raises(InputError, match="or the data file changed"):
+        run(_config(tmp_path), embedder=HashEmbedder(), generator=RecordingGenerator())
+    pd.read_csv(data).assign(text=lambda f: f["text"].where(f.index > 0, ticket_texts(120)[0][0])
+                             ).to_csv(data, index=False)
+    os.utime(data, ns=(kept.st_atime_ns, kept.st_mtime_ns))  # the very file it started from
     built = []
     monkeypatch.setattr(decoding, "BatchScores",
                         lambda *args: built.append(args) or BatchScores(*args))

@@ -223,7 +223,7 @@ class _Killed(Exception):
     pass
 
 
-def _decode(ledger, noise, sources, layout=""):
+def _decode(ledger, noise, sources, layout="one"):
     return ledger.release("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3, layout),
                           sources, noise)
 
@@ -280,7 +280,7 @@ def test_an_unseeded_release_in_parts_keeps_its_written_parts_and_draws_the_rest
 def test_only_a_prefix_of_parts_in_order_is_read_back(tmp_path):
     path = tmp_path / "releases.jsonl"
     journal, ledger = _journaled_ledger(path)
-    ledger.charge("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3).event)
+    ledger.charge("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3, "a").event)
     journal.append_part(0, 0, [1, 2], 3, "a")
     journal.append_part(0, 2, [0, 0], 9, "a")  # part 1 missing: part 2 cannot be used
     with path.open("a") as handle:
@@ -305,3 +305,19 @@ def test_parts_drawn_under_another_layout_are_refused_not_continued(tmp_path):
     journal, again = _journaled_ledger(path)
     again.replay(journal.releases)
     assert len(_decode(again, NoiseSource(seed=3), sources, layout="before")) == 4
+
+
+def test_parts_that_name_no_layout_are_read_and_refused_not_continued(tmp_path):
+    """Parts written before layouts were recorded open without error; continuing them is
+    refused with the same message, since nothing says which records fed them."""
+    path = tmp_path / "releases.jsonl"
+    journal, ledger = _journaled_ledger(path)
+    ledger.charge("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3, "one").event)
+    with path.open("a") as handle:
+        handle.write(json.dumps({"part": {"output": 0, "index": 0, "value": [1, 2, 0],
+                                          "draws": 3}}) + "\n")
+    journal, restarted = _journaled_ledger(path)
+    assert journal.releases[0].parts == (([1, 2, 0], 3),) and journal.releases[0].layout is None
+    restarted.replay(journal.releases)
+    with pytest.raises(InputError, match="another layout of the data"):
+        _decode(restarted, NoiseSource(seed=3), [_Sequence(0.0)])

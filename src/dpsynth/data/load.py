@@ -37,11 +37,11 @@ def load_private(spec: DataConfig, base_dir: Path | None = None,
     truncated, duplicate or bounded-away records depend on the data and are not logged.
     """
     if frame is not None:
-        source = IN_MEMORY
+        source, origin = IN_MEMORY, ""
         table = validate(frame, spec, source)
     else:
         path = resolve_path(spec, base_dir)
-        source = str(path)
+        source, origin = str(path), disk_identity(path)
         table = validate(read_table(path, spec.format), spec, source)
     texts, labels, units = table.texts, table.labels, None
     if table.users is not None:
@@ -52,7 +52,7 @@ def load_private(spec: DataConfig, base_dir: Path | None = None,
     try:
         dataset = PrivateDataset(texts, labels=labels, label_names=spec.labels, units=units,
                                  records_per_unit=spec.records_per_unit,
-                                 max_units=spec.max_units)
+                                 max_units=spec.max_units, origin=origin)
     except InputError as error:
         raise DataError(str(error), path=source) from None
     log.info("private data: N %s privacy units (%s-level, k = %d)", units_text(dataset),
@@ -65,3 +65,10 @@ def units_text(dataset: PrivateDataset) -> str:
     if dataset.n_units_is_a_bound:
         return f"≤ {dataset.n_units} (data.max_units)"
     return f"= {dataset.n_units}"
+
+
+def disk_identity(path: Path) -> str:
+    """The data's identity on disk, never its content: the inode and modification time of
+    the file, or of each file of a folder, so that an edit or a replacement changes it."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return ";".join(f"{f.stat().st_ino}:{f.stat().st_mtime_ns}" for f in files)

@@ -47,7 +47,7 @@ class PrivateDataset:
     differ between neighbouring datasets.
     """
 
-    __slots__ = ("_label_codes", "_public_units", "_texts", "_units", "label_names",
+    __slots__ = ("_label_codes", "_public_units", "_texts", "_units", "label_names", "origin",
                  "records_per_unit")
 
     def __init__(
@@ -59,6 +59,7 @@ class PrivateDataset:
         units: Sequence[int] | None = None,
         records_per_unit: int = 1,
         max_units: int | None = None,
+        origin: str = "",
     ) -> None:
         if not texts:
             raise InputError("a private dataset needs at least one record")
@@ -93,6 +94,10 @@ class PrivateDataset:
             raise InputError(f"the private data holds more privacy units than its declared "
                              f"bound data.max_units={max_units}; raise the bound")
         self._public_units = max_units
+        self.origin = origin
+        """Where the records were read, by identity on disk, not content (each file's inode
+        and modification time; empty for an in-memory table): public. A release drawn in
+        parts continues after a kill only from the same."""
 
     @property
     def n_records(self) -> int:

@@ -177,12 +177,12 @@ def _releases(lines: list[dict[str, Any]]) -> list[Journaled]:
             index = int(part["output"])
             written = parts.setdefault(index, [])
             if int(part["index"]) == len(written) and layouts.setdefault(
-                    index, part["layout"]) == part["layout"]:  # a prefix, in order
+                    index, part.get("layout")) == part.get("layout"):  # a prefix, in order
                 written.append((decode(part["value"]), int(part["draws"])))
         else:
             outputs[int(entry["output"])] = decode(entry["value"]), entry.get("draws")
     return [Journaled(i, charge, *outputs.get(i, (NOT_DRAWN, None)), tuple(parts.get(i, ())),
-                      layouts.get(i, "")) for i, charge in enumerate(charges)]
+                      layouts.get(i)) for i, charge in enumerate(charges)]
 
 
 def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:

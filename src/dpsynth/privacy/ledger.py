@@ -89,7 +89,7 @@ class Journaled:
     parts: tuple[tuple[Any, int], ...] = ()
     """For a release drawn in parts whose whole answer was not written down: the parts that
     were, first to last, each with the noise stream's position after it."""
-    layout: str = ""
+    layout: str | None = None
     """The layout those parts were drawn under (`ReleasedInParts.layout`)."""
 
 
@@ -343,12 +343,13 @@ class PrivacyLedger:
         parts could read a record that fed an old one, and one charge would pay for two."""
         if replayed is None or not replayed.parts:
             return ()
-        if not isinstance(mechanism, ReleasedInParts) or mechanism.layout != replayed.layout:
+        if not isinstance(mechanism, ReleasedInParts) or not mechanism.layout \
+                or mechanism.layout != replayed.layout:
             raise InputError(
                 f"release {replayed.index} (stage '{replayed.charge.stage}') was being drawn "
                 "when the run stopped, with another layout of the data among its parts (a "
-                "recipe setting changed since); resume with the config it was started with, "
-                "or use a new output folder")
+                "recipe setting or the data file changed since); resume with the config and "
+                "data it was started with, or use a new output folder")
         return replayed.parts
 
     def spent(self) -> float:

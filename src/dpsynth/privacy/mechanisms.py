@@ -438,10 +438,8 @@ class ReleasedInParts(Mechanism):
     before the first part, covers them all. Only parts drawn under the same `layout` are
     continued: which data feeds which part decides that the parts compose in parallel."""
 
-    @property
-    @abstractmethod
-    def layout(self) -> str:
-        """A public digest of which data feeds which part."""
+    layout: str
+    """A public digest of which data feeds which part."""
 
     def _release(self, values: Any, noise: NoiseSource) -> list:
         return self._release_from(values, noise, [], lambda index, part: None)
@@ -466,7 +464,7 @@ class DisjointSequences(ReleasedInParts):
 
     step: ExponentialSample
     length: int
-    layout: str = ""
+    layout: str
     """Which records feed which sequence (a digest of the batches' public layout)."""
 
     def __post_init__(self) -> None:

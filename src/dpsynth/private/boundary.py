@@ -22,7 +22,7 @@ from dpsynth.privacy.planning import StagePlan
 from dpsynth.private.engine import Engine
 from dpsynth.private.engine.nearest import Voters
 from dpsynth.private.engine.ray import ShardedVoters
-from dpsynth.private.releases.decoding import DecodingSetup, TextRequest, dp_decode
+from dpsynth.private.releases.decoding import DecodingSetup, TextRequest, dp_decode, layout
 from dpsynth.private.releases.limited_domain import dp_select_parents
 from dpsynth.private.releases.metadata import (
     dp_keyword_votes,
@@ -193,9 +193,10 @@ class Private:
         sum over B, the exponential mechanism at `temperature`): one release, charged as one
         text's `max_tokens` draws of the stage's ε (the batches are disjoint)."""
         step = ExponentialSample(temperature, 2 * setup.clip / setup.batch_size)
-        return dp_decode(self._data, lm, setup, requests, buckets, seed,
-                         DisjointSequences(step, setup.max_tokens), self._ledger, self._noise,
-                         stage.name)
+        texts = DisjointSequences(step, setup.max_tokens,
+                                  layout(self._data, requests, buckets, seed))
+        return dp_decode(self._data, lm, setup, requests, buckets, seed, texts, self._ledger,
+                         self._noise, stage.name)
 
     # -- kd_tutor ----------------------------------------------------------------------------
 

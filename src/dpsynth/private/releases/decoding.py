@@ -28,7 +28,6 @@ are dropped when the release returns.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -196,14 +195,22 @@ def dp_decode(private: PrivateDataset, lm: ContextLM, setup: DecodingSetup,
         raise ValueError("every private instruction needs the example slot")
     batches = record_batches(private, requests, buckets, seed)
     sources = _LazySources(lm, setup, requests, batches)
-    laid = dataclasses.replace(mechanism, layout=layout(requests, buckets, seed))
-    return ledger.release(stage, laid, sources, noise)
+    return ledger.release(stage, mechanism, sources, noise)
 
 
-def layout(requests: Sequence[TextRequest], buckets: Sequence[int], seed: int) -> str:
-    """A digest of which bucket feeds which text: the public facts that decide which records
-    share a text (a resumed decoding continues its journaled texts only under the same)."""
-    facts = [seed, [int(b) for b in buckets], [(r.group, r.batch) for r in requests]]
+LAYOUT_VERSION = 1
+"""Bumped whenever `batch_of` or what it reads changes: a resume by another version must
+not continue texts whose records it would put elsewhere."""
+
+
+def layout(private: PrivateDataset, requests: Sequence[TextRequest], buckets: Sequence[int],
+           seed: int) -> str:
+    """A digest of the public facts that decide which records feed which text: the bucket
+    rule's version, the data's identity on disk, the seed, each label's bucket count and
+    each text's bucket (a resumed decoding continues its journaled texts only under the
+    same)."""
+    facts = [LAYOUT_VERSION, private.origin, seed, [int(b) for b in buckets],
+             [(r.group, r.batch) for r in requests]]
     return hashlib.blake2b(repr(facts).encode(), digest_size=16).hexdigest()
 
 
