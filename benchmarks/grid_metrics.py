@@ -63,11 +63,13 @@ def grid_rows(path: Path) -> list[list[str]]:
     out = []
     for (dataset, recipe, generator, eps, n, params), seeds in cells.items():
         kept = [float(s["kept"]) for s in seeds]
-        calls = [float(s["generator_calls"]) / k if s["generator_calls"] and k else math.nan
+        generated = recipe != "real"  # real train: no generator, no cost to show
+        calls = [float(s["generator_calls"]) / k if generated and k else math.nan
                  for s, k in zip(seeds, kept, strict=True)]
+        wall = [float(s["wall_s"]) if generated else math.nan for s in seeds]
         out.append([dataset, recipe, generator, eps, n, str(len(seeds)),
                     *(spread([float(s[m]) for s in seeds], 3) for m in ("accuracy", "macro_f1")),
-                    spread([float(s["wall_s"]) for s in seeds], 0), spread(calls, 1),
+                    spread(wall, 0), spread(calls, 1),
                     seeds[0]["majority"], params])
     order = {"real": 0, "generator_only": 1}
     return sorted(out, key=lambda r: (r[0], order.get(r[1], 2), r[1], r[2],

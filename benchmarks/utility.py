@@ -10,7 +10,8 @@ same downstream model (logistic regression on embeddings) and the same seeds. Ro
 
 - real train (upper bound): n records of the private train split, a fresh sample per seed;
 - generator, no private data (lower bound): n texts from the offline generator conditioned on
-  the public label names only;
+  the public label names only (`--label-names` gives labels that are codes a name, as
+  `data.label_names` does in a run config; the recipes' runs get the same);
 - each recipe at each ε: `dpsynth run` on a generated config (same generator, embedder and
   seed), reading `synthetic.csv` and the generator calls (usage.json) from the run folder;
   `calls_per_kept` is generator calls per synthetic record kept (dpga's paper spends 41).
@@ -50,6 +51,7 @@ import yaml
 from dpsynth.backends import Condition, build_embedder, build_generator
 from dpsynth.backends.base import Embedder
 from dpsynth.backends.config import parse_embedder, parse_generator
+from dpsynth.backends.generators.label_names import with_label_names
 from dpsynth.errors import DpsynthError
 from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text_table
 from dpsynth.evaluate.next_token import NextTokenConfig
@@ -137,9 +139,14 @@ class Grid:
 
     def key(self, name: str, eps: str, seed: int) -> tuple[str, ...]:
         recipe = GRID_ROWS.get(name, name)
-        bound = recipe in GRID_ROWS.values()
-        params = "{}" if bound else json.dumps(
-            _params_for(recipe, self.args.recipe_params, self.args.n_synthetic), sort_keys=True)
+        if recipe == "real":
+            params: dict = {}
+        elif recipe in GRID_ROWS.values():
+            params = _named(self.args)
+        else:
+            params = _params_for(recipe, self.args.recipe_params,
+                                 self.args.n_synthetic) | _named(self.args)
+        params = json.dumps(params, sort_keys=True)
         generator = "" if recipe == "real" else self.args.generator + (
             f"+{self.args.edit}" if self.args.edit else "")
         return (self.args.dataset, recipe, generator, "" if recipe == "real" else eps,
@@ -259,6 +266,7 @@ def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) 
         generator = build_generator(parse_generator({**_generator(args), "seed": seed}))
     except DpsynthError as exc:
         raise NotAvailable(str(exc)) from None
+    generator = with_label_names(generator, json.loads(args.label_names) or None)
     labels = sorted(set(train.labels or []))
     wanted = [labels[i % len(labels)] for i in range(n)]
     texts = generator.generate([Condition(label=label) for label in wanted])
@@ -307,7 +315,7 @@ def _recipe_runner(recipe: str, epsilon: float, data: Path, labels: list[str],
             started = time.perf_counter()
             config = {
                 "data": {"path": str((data / "train.csv").resolve()), "label_column": "label",
-                         "labels": labels},
+                         "labels": labels, **_named(args)},
                 "budget": {"epsilon": epsilon},
                 "recipe": {"name": recipe, "params": _params_for(recipe, args.recipe_params,
                                                                   args.n_synthetic)},
@@ -344,6 +352,8 @@ def _synthesize(config: dict, memo: Memo) -> None:
     try:
         dpsynth.synthesize(config["data"]["path"], label=config["data"]["label_column"],
                            labels=config["data"]["labels"],
+                           data_options={k: v for k, v in config["data"].items()
+                                         if k == "label_names"},
                            epsilon=config["budget"]["epsilon"], recipe=config["recipe"]["name"],
                            params=config["recipe"]["params"],
                            generator=config["backends"]["generator"], embedder=memo,
@@ -352,6 +362,12 @@ def _synthesize(config: dict, memo: Memo) -> None:
                            log_level=None)
     except DpsynthError as exc:
         raise NotAvailable(str(exc)) from None
+
+
+def _named(args: argparse.Namespace) -> dict:
+    """`data.label_names` where `--label-names` gives them (part of a grid cell's key)."""
+    names = json.loads(args.label_names)
+    return {"label_names": names} if names else {}
 
 
 def _reported(run_dir: Path) -> dict[str, float]:
@@ -475,6 +491,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--generator-cache", default=None, help="backends.generator.cache: "
                         "runs that ask the same generator the same things share its outputs "
                         "(pair settings that differ only after generation)")
+    parser.add_argument("--label-names", default="{}", help="JSON {label: public name} for "
+                        "labels that are codes (data.label_names): what the generator is asked "
+                        "for, in every row")
     parser.add_argument("--classifier", choices=("logistic", "finetune"), default="logistic")
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
     parser.add_argument("--next-token-steps", type=int, default=200)

@@ -1,6 +1,7 @@
 """The utility benchmark's rows and outputs, on tiny generated data with fake backends."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -256,3 +257,37 @@ def test_the_grid_file_holds_a_line_per_seed_and_a_second_invocation_reads_it_ba
     body = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
     assert [row[1] for row in body] == ["real", "generator_only", "pe"]
     assert all(row[5] == "2" and " ± " in row[6] for row in body)
+
+
+def test_label_names_reach_the_generator_and_the_runs_and_key_their_cells(
+        bench, tmp_path, monkeypatch, hashing_embedder):
+    """Labels that are codes get their public names in every row, as data.label_names does
+    in a run config; a cell with names is another cell than one without."""
+    _dataset(tmp_path)
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: LabelEcho())
+    runs = []
+
+    def synthesize(config, memo):
+        runs.append(config)
+        raise bench.NotAvailable("recorded, not run")
+
+    monkeypatch.setattr(bench, "_synthesize", synthesize)
+    names = {"money": "a text about finance", "sport": "a text about a match"}
+    grid_file = tmp_path / "grid.csv"
+    argv = ["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1",
+            "--seeds", "0", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
+            "--in-process", "--out", str(tmp_path / "out"), "--grid", str(grid_file)]
+    bench.main([*argv, "--label-names", json.dumps(names)])
+    assert runs and runs[0]["data"]["label_names"] == names
+    produced = bench._lower_bound(bench.read_text_table(tmp_path / "tiny" / "train.csv"), 4,
+                                  0, bench._parse([*argv, "--label-names", json.dumps(names)]))
+    assert all("a text about" in text for text in produced.table.texts)
+    grid = pd.read_csv(grid_file, dtype=str, keep_default_na=False)
+    floor = grid[grid["recipe"] == "generator_only"]
+    assert json.loads(floor["params"].iloc[0]) == {"label_names": names}
+    assert (grid[grid["recipe"] == "real"]["params"] == "{}").all()
+    bench.main(argv)  # without names: the floor is measured again, the real row is not
+    grid = pd.read_csv(grid_file, dtype=str, keep_default_na=False)
+    assert list(grid["recipe"]).count("generator_only") == 2
+    assert list(grid["recipe"]).count("real") == 1
