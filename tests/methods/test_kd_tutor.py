@@ -313,8 +313,32 @@ def test_relabel_decides_whether_a_candidate_may_leave_its_label(relabel):
                                   "n_output": 2, "label_mode": "uniform"})
     proba = np.array([[0.1, 0.2, 0.7], [0.1, 0.8, 0.1], [0.3, 0.1, 0.6]])
     picked = recipe._select(recipe._scores(private, proba, np.array([0, 1, 1])),
-                            np.array([0.5, 0.5]))
+                            np.array([0.5, 0.5]), np.random.default_rng(0))
     assert sorted(picked) == ([(0, 1), (1, 0)] if relabel else [(0, 0), (2, 1)])
+
+
+def test_sampled_selection_draws_each_label_in_proportion_to_its_scores():
+    """selection: sample draws a label's candidates without replacement in proportion to the
+    student's scores (the seed's P_discr · P_LLM): a candidate scored twice another's is
+    picked about twice as often, one scored 0 only when nothing else is left, and the
+    quotas hold as with top."""
+    private = PrivateDataset(["x", "y"], labels=["a", "b"], label_names=["a", "b"])
+    recipe = KdTutor.from_config({"n_output": 2, "label_mode": "uniform",
+                                  "selection": "sample"})
+    proba = np.array([[0.0, 0.6, 0.0], [0.0, 0.3, 0.0], [0.0, 0.1, 0.0], [1.0, 0.0, 0.0],
+                      [0.0, 0.0, 0.5]])
+    scores = recipe._scores(private, proba, np.array([0, 0, 0, 0, 1]))
+    rng = np.random.default_rng(0)
+    counts = np.zeros(5)
+    for _ in range(4_000):
+        picked = recipe._select(scores, np.array([0.5, 0.5]), rng)
+        assert sorted(g for _, g in picked) == [0, 1]
+        counts[[i for i, _ in picked]] += 1
+    assert counts[4] == 4_000 and counts[3] == 0
+    assert counts[0] / 4_000 == pytest.approx(0.6, abs=0.03)
+    assert counts[1] / counts[2] == pytest.approx(3.0, rel=0.15)
+    top = KdTutor.from_config({"n_output": 2, "label_mode": "uniform"})
+    assert sorted(top._select(scores, np.array([0.5, 0.5]), rng)) == [(0, 0), (4, 1)]
 
 
 def test_the_plan_note_weighs_the_vote_noise_against_the_teachers():

@@ -75,6 +75,10 @@ class KdTutorParams(LengthParams):
         "expectation), or the class it predicts (hard, PATE's); either way a unit joining "
         "moves one teacher's vote, so both take the same noise (gaussian or laplace) and "
         "charge")
+    selection: Literal["top", "sample"] = Field(
+        "top", description="how each label's candidates are chosen: the highest student "
+        "scores (top, the seed's §3.6), or drawn in proportion to them (sample: the seed's "
+        "P_syn ∝ P_discr · P_LLM, which keeps the candidates' variety); post-processing, no ε")
     label_mode: Literal["tutor", "uniform", "none"] = Field(
         "tutor", description="label proportions of the output: the DP tutor, uniform, or "
         "none (top candidates whatever their label)")
@@ -158,7 +162,8 @@ class KdTutor(Recipe):
                     "noisy_private_votes": int(np.count_nonzero(shares.argmax(axis=1))),
                     "teachers": p.teachers, "epsilon_spent": ctx.private.spent()})
         generated = np.array([groups.index(pool_labels[i]) for i in ranked], dtype=np.int64)
-        picked = self._select(self._scores(ctx.private, proba, generated), probs)
+        picked = self._select(self._scores(ctx.private, proba, generated), probs,
+                              np.random.default_rng([ctx.seed, 3]))
         out_texts = [texts[ranked[i]] for i, _ in picked]
         out_labels = [groups[g] for _, g in picked]
         return SyntheticSet(out_texts, out_labels if labels else None)
@@ -234,12 +239,19 @@ class KdTutor(Recipe):
         scores[:, unnamed] = own[:, unnamed]
         return scores if self.params.relabel else np.where(own, scores, -np.inf)
 
-    def _select(self, scores: np.ndarray, probs: np.ndarray) -> list[tuple[int, int]]:
-        """(candidate, label) pairs, best score first, each candidate used once and each label
-        up to its quota (the tutor's or uniform; with label_mode none, any number)."""
+    def _select(self, scores: np.ndarray, probs: np.ndarray,
+                rng: np.random.Generator) -> list[tuple[int, int]]:
+        """(candidate, label) pairs, best key first, each candidate used once and each label
+        up to its quota (the tutor's or uniform; with label_mode none, any number). The key
+        is the score (top), or log score + Gumbel noise (sample: drawing without replacement
+        in proportion to the scores, the Gumbel-top-k trick; a public seed)."""
         n = min(self.params.n_output, len(scores))
         quota = (np.full(scores.shape[1], n) if self.params.label_mode == "none"
                  else allocate(n, probs).astype(np.int64))
+        if self.params.selection == "sample":
+            with np.errstate(divide="ignore"):
+                scores = np.where(np.isfinite(scores), np.log(np.maximum(scores, 1e-12))
+                                  + rng.gumbel(size=scores.shape), -np.inf)
         used = np.zeros(len(scores), dtype=bool)
         picked: list[tuple[int, int]] = []
         for flat in np.argsort(-scores, axis=None, kind="stable"):
