@@ -12,7 +12,11 @@ the same quotas, and scored downstream (MiniLM + logistic regression on real tes
     random   uniformly among each label's candidates (what the candidates alone are worth)
     top      the highest student scores (the seed's §3.6; `selection: top`)
     sample   drawn in proportion to the scores (`selection: sample`)
+    filter   uniformly among the candidates scored at least their label's median
     bottom   the lowest scores (does the student's order carry the signal at all?)
+
+`--save DIR` keeps each seed's candidates, labels and scores (public: DP outputs and their
+post-processing) in DIR/seed-S.npz for other rules later.
 
 Every choice is post-processing of the same DP run: one privacy spend per seed.
 """
@@ -33,7 +37,7 @@ from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text
 from dpsynth.methods.kd_tutor import KdTutor
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES = ("random", "top", "sample", "bottom")
+RULES = ("random", "top", "sample", "filter", "bottom")
 
 
 def captured_run(args: argparse.Namespace, seed: int) -> dict:
@@ -73,6 +77,11 @@ def chosen(seen: dict, rule: str, n: int, seed: int) -> list[tuple[int, int]]:
     rng = np.random.default_rng([seed, 7])
     if rule == "random":
         scores = np.where(np.isfinite(scores), rng.random(scores.shape), -np.inf)
+    elif rule == "filter":
+        finite = np.where(np.isfinite(scores), scores, np.nan)
+        above = np.isfinite(scores) & (scores >= np.nanmedian(finite, axis=0))
+        scores = np.where(above, 1.0 + rng.random(scores.shape),
+                          np.where(np.isfinite(scores), rng.random(scores.shape), -np.inf))
     elif rule == "bottom":
         scores = np.where(np.isfinite(scores), 1.0 - scores, -np.inf)
     recipe = KdTutor.from_config({"n_output": n,
@@ -89,6 +98,7 @@ def main() -> None:
     parser.add_argument("--n-output", type=int, default=500)
     parser.add_argument("--test-size", type=int, default=1000)
     parser.add_argument("--generator", default="smollm")
+    parser.add_argument("--save", default="", help="keep each seed's candidates and scores")
     args = parser.parse_args()
     root = Path(args.data_root) / args.dataset
     train = read_text_table(root / "train.csv", require_labels=True)
@@ -105,6 +115,11 @@ def main() -> None:
     for seed in map(int, args.seeds.split(",")):
         started = time.perf_counter()
         seen = captured_run(args, seed)
+        if args.save:
+            Path(args.save).mkdir(parents=True, exist_ok=True)
+            np.savez(Path(args.save) / f"seed-{seed}.npz", texts=np.array(seen["texts"]),
+                     groups=np.array(seen["groups"]), scores=seen["scores"],
+                     probs=seen["probs"])
         pool_emb = embedder.encode(seen["texts"])
         line = []
         for rule in RULES:
