@@ -51,9 +51,9 @@ def free_threads() -> int:
 def load_engine(name: str, threads: int | None = None) -> Engine:
     """The engine `name` (one of `ENGINES`) over the installed SmolLM2 weights."""
     threads = threads or free_threads()
-    kind, precision, *variant = name.split("-")
     if name not in ENGINES:
         raise InputError(f"backends.generator.engine: '{name}' is none of {', '.join(ENGINES)}")
+    kind, precision, *variant = name.split("-")
     if kind == "ct2":
         return CT2Engine(weights.ct2_folder(precision, smoothed=variant == ["smooth"]),
                          precision, threads, name)

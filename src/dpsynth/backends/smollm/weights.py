@@ -73,7 +73,7 @@ def hf_folder() -> Path:
 
 def ct2_folder(quantization: str = "int8", smoothed: bool = False) -> Path:
     """The CTranslate2 conversion of `hf_folder()` at `quantization`, made on first use;
-    `smoothed`: SmoothQuant folded in first (smooth.py; about 40 s on one busy core)."""
+    `smoothed`: SmoothQuant folded in first (smooth.py; about 50 s on one busy core)."""
     folder = cache_root() / gguf_digest() / f"ct2-{quantization}{'-smooth' if smoothed else ''}"
     if not (folder / "model.bin").is_file():
         source = hf_folder()
