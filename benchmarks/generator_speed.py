@@ -105,7 +105,7 @@ def child(engine_name: str, args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="torch-float32,torch-bfloat16,torch-int8,"
-                        "ct2-float32,ct2-int8")
+                        "ct2-float32,ct2-int8,ct2-int8-smooth")
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--min-outputs", type=int, default=4,

