@@ -71,4 +71,5 @@ def disk_identity(path: Path) -> str:
     """The data's identity on disk, never its content: the inode and modification time of
     the file, or of each file of a folder, so that an edit or a replacement changes it."""
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return ";".join(f"{f.stat().st_ino}:{f.stat().st_mtime_ns}" for f in files)
+    stats = [f.stat() for f in files]
+    return ";".join(f"{st.st_ino}:{st.st_mtime_ns}" for st in stats)

@@ -135,9 +135,8 @@ class PrivacyLedger:
     on_part: Callable[[int, int, Any, int, str], None] | None = field(
         default=None, repr=False, compare=False)
     """Called with (charge index, part index, part, the stream's position after it, the
-    release's layout) as each
-    part of a release drawn in parts (`ReleasedInParts`) is drawn: a restart continues after
-    the parts written down."""
+    release's layout) as each part of a release drawn in parts (`ReleasedInParts`) is drawn:
+    a restart continues after the parts written down."""
     _pending: deque = field(default_factory=deque, init=False, repr=False, compare=False)
     _caps: dict[str, float] | None = field(default=None, init=False, repr=False,
                                            compare=False)
