@@ -57,7 +57,7 @@ def load_engine(name: str, threads: int | None = None) -> Engine:
     if kind == "ct2":
         return CT2Engine(weights.ct2_folder(precision, smoothed=variant == ["smooth"]),
                          precision, threads, name)
-    return TorchEngine(weights.hf_folder(), precision, threads, name)
+    return TorchEngine.load(weights.hf_folder(), precision, threads, name)
 
 
 class CT2Engine:
@@ -97,23 +97,30 @@ class CT2Engine:
 
 
 class TorchEngine:
-    """transformers' `generate` on float32, bfloat16 or dynamic-int8 weights."""
+    """transformers' `generate` on float32, bfloat16 or dynamic-int8 weights, on the CPU or
+    (for a model just trained there) a GPU."""
 
-    def __init__(self, folder, precision: str, threads: int, name: str) -> None:
+    def __init__(self, model, name: str, device: str = "cpu") -> None:
+        import torch
+
+        self._torch = torch
+        self.model, self.name, self.device = model.eval(), name, device
+        self.end = model.config.eos_token_id  # <|im_end|> in SmolLM2's config
+
+    @classmethod
+    def load(cls, folder, precision: str, threads: int, name: str) -> TorchEngine:
+        """The weights in `folder` on the CPU at `precision`, on `threads` threads."""
         import torch
         from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(threads)
-        self._torch = torch
-        self.name = name
-        model = AutoModelForCausalLM.from_pretrained(folder).eval()
+        model = AutoModelForCausalLM.from_pretrained(folder)
         if precision == "bfloat16":
             model = model.to(torch.bfloat16)
         elif precision == "int8":
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear},
                                                            dtype=torch.qint8)
-        self.model = model
-        self.end = model.config.eos_token_id  # <|im_end|> in SmolLM2's config
+        return cls(model, name)
 
     def sample(self, prompts, max_new_tokens, temperature, top_p, seed):
         torch = self._torch
@@ -127,7 +134,8 @@ class TorchEngine:
         sampling = ({"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
                     if temperature > 0 else {"do_sample": False})
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask,
+            out = self.model.generate(input_ids=ids.to(self.device),
+                                      attention_mask=mask.to(self.device),
                                       max_new_tokens=max_new_tokens, eos_token_id=self.end,
                                       pad_token_id=self.end, **sampling)
         rows = out[:, width:].tolist()
