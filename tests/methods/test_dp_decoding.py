@@ -552,3 +552,34 @@ def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path,
     assert answer[:3] == written and len(answer) == PARAMS["n_output"]
     privacy = json.loads(outputs.privacy.read_text())
     assert [c["stage"] for c in privacy["charges"]] == ["label_histogram", "decoding"]
+
+
+def test_a_resume_on_an_in_memory_table_is_refused_not_continued(tmp_path, monkeypatch):
+    """An in-memory table (a DataFrame or Dataset handed to `dpsynth.synthesize`) has no
+    identity on disk that a resume could be checked against: continuing its journaled texts
+    on the table the resume is given would let an edited record feed an old text and a new
+    one under the one charge, as an edited file would. The resume is refused, as after a
+    changed file; the texts already journaled are never drawn again."""
+    from dpsynth.data.load import IN_MEMORY
+    from dpsynth.privacy.journal import Journal
+    from dpsynth.run import Run
+
+    texts, labels = ticket_texts(120)
+    frame = pd.DataFrame({"text": texts, "label": labels})
+    config = _config(tmp_path, data={"path": IN_MEMORY})
+    write = Journal.append_part
+
+    def write_then_die(journal, index, part, value, draws, layout):
+        write(journal, index, part, value, draws, layout)
+        if part == 2:
+            raise _Killed
+
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(Journal, "append_part", write_then_die)
+        Run(config, frame, embedder=HashEmbedder(), generator=RecordingGenerator()).execute()
+    edited = frame.copy()
+    edited.loc[0, "text"] = "an edited record moves to another batch"
+    for table in (edited, frame):  # the same table cannot be told from an edited one
+        with pytest.raises(InputError, match="in-memory table"):
+            Run(config, table, embedder=HashEmbedder(),
+                generator=RecordingGenerator()).execute()

@@ -342,7 +342,13 @@ class PrivacyLedger:
         parts could read a record that fed an old one, and one charge would pay for two."""
         if replayed is None or not replayed.parts:
             return ()
-        if not isinstance(mechanism, ReleasedInParts) or not mechanism.layout \
+        if isinstance(mechanism, ReleasedInParts) and not mechanism.layout:
+            raise InputError(
+                f"release {replayed.index} (stage '{replayed.charge.stage}') was being drawn "
+                "when the run stopped, from data whose identity cannot be checked (an "
+                "in-memory table): continuing its parts on the data given now could read an "
+                "edited record twice under one charge; use a new output folder")
+        if not isinstance(mechanism, ReleasedInParts) \
                 or mechanism.layout != replayed.layout:
             raise InputError(
                 f"release {replayed.index} (stage '{replayed.charge.stage}') was being drawn "
