@@ -255,7 +255,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--deadline-s", type=float, default=0)
     parser.add_argument("--tf32", action="store_true", help="TF32 matrix products on a GPU "
-                        "(clipping norms then carry about 1e-3 relative error)")
+                        "for the forward and backward passes (the clipping's norms and sums "
+                        "stay in full float32)")
     args = parser.parse_args()
     args.epsilon_list = [float(e) for e in args.epsilons.split(",")]
     args.seed_list = [int(s) for s in args.seeds.split(",")]

@@ -95,6 +95,22 @@ def test_clipped_sum_in_float32_matches_to_float_tolerance():
         assert torch.allclose(got[name].double(), grad, rtol=1e-4, atol=1e-6), name
 
 
+def test_a_sample_whose_gradient_is_not_finite_is_left_out_not_spread_to_every_weight():
+    docs = documents([12, 5, 9, 3], seed=4)
+    expected, _ = reference(model_(), [d for i, d in enumerate(docs) if i != 1], 1.0)
+    model = model_()
+
+    def overflow(module, inputs, output):  # sample 1 overflows inside the first block
+        return torch.where(torch.arange(len(output)).view(-1, 1, 1) == 1, torch.inf, output)
+
+    model.transformer.h[0].ln_1.register_forward_hook(overflow)
+    got, norms = bk_clipped(model, docs, max_grad_norm=1.0)
+    assert not torch.isfinite(norms[1]) and torch.isfinite(norms[[0, 2, 3]]).all()
+    for name, grad in expected.items():
+        assert torch.isfinite(got[name]).all(), name
+        assert torch.allclose(got[name], grad, rtol=1e-9, atol=1e-12), name
+
+
 def test_norms_and_sum_are_taken_in_full_float32_whatever_the_process_allows(monkeypatch):
     seen = []
     real = BookKeepingClipper._clipped_sum

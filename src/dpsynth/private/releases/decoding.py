@@ -208,7 +208,7 @@ def layout(private: PrivateDataset, requests: Sequence[TextRequest], buckets: Se
     """A digest of the public facts that decide which records feed which text: the bucket
     rule's version, the data's identity on disk, the seed, each label's bucket count and
     each text's bucket (a resumed decoding continues its journaled texts only under the
-    same). None ("") for an in-memory table: it has no identity on disk, so a resume given
+    same). Empty for an in-memory table: it has no identity on disk, so a resume given
     another table (an edited record) could not be told apart, and is refused."""
     if not private.origin:
         return ""

@@ -13,8 +13,10 @@ only. Afterwards, per layer:
   gradients (they are measured faster on CPU, needing no B·i·o temporary), per layer and
   batch;
 - then, once every sample's clip factor c_b = min(1, C / (‖g_b‖ + 1e-6)) is known (opacus'
-  formula, over all parameters at once), the clipped sum Σ_b c_b A_bᵀ G_b as one matrix
-  product, which replaces the weight gradient the backward pass skipped.
+  formula, over all parameters at once; 0 for a sample whose norm is not finite, whose
+  gradient is then left out rather than spreading NaN to every weight), the clipped sum
+  Σ_b c_b A_bᵀ G_b as one matrix product, which replaces the weight gradient the backward
+  pass skipped.
 
 The result is exactly Σ_b clip(g_b) of per-sample clipping (flat, at `max_grad_norm`), up to
 float rounding: the same sensitivity as opacus' hook mode, at little more than the cost of a
@@ -115,11 +117,24 @@ class BookKeepingClipper:
             raise RuntimeError(f"no gradient reached {missing}; run backward first")
         sq = sum(self._norm2(module, *self._saved[module]) for module, _ in self.layers)
         norms = sq.clamp(min=0).sqrt()
-        factors = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        finite = torch.isfinite(norms)
+        factors = torch.where(finite, (max_grad_norm / (norms + 1e-6)).clamp(max=1.0), 0.0)
+        if not bool(finite.all()):  # one sample's overflow must not turn every weight to NaN
+            self._drop(~finite)
         for module, _ in self.layers:
             self._grad(module, factors, *self._saved[module])
         self._saved.clear()
         return norms
+
+    def _drop(self, rows: torch.Tensor) -> None:
+        """Zero the saved inputs and output gradients of the samples in `rows` (a sample whose
+        gradient is not finite): they add nothing to the sum, as a sample of norm 0 would, so
+        the step stays the Gaussian charged for the rest of the batch."""
+        for slot in self._saved.values():
+            for i, tensor in enumerate(slot):
+                if tensor.is_floating_point():
+                    mask = rows.view(-1, *([1] * (tensor.dim() - 1)))
+                    slot[i] = torch.where(mask, 0.0, tensor)
 
     def clear(self) -> None:
         self._saved.clear()
