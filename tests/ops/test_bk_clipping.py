@@ -156,12 +156,14 @@ def test_the_closing_end_of_text_is_a_target_and_padding_is_not():
     assert positions.tolist() == [[0, 1], [0, 1]]
 
 
-def test_a_book_keeping_step_is_adamw_on_the_noiseless_clipped_mean():
+@pytest.mark.parametrize("physical", [None, 1, 3])  # the batch whole, or in chunks
+def test_a_book_keeping_step_is_adamw_on_the_noiseless_clipped_mean(physical):
     docs = documents([12, 5, 9, 3], seed=5)
     expected, _ = reference(model_(), docs, max_grad_norm=2.0)
     model, twin = model_(), model_()
     config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
-                        learning_rate=1e-2, max_length=16, grad_sample_mode="bk")
+                        learning_rate=1e-2, max_length=16, grad_sample_mode="bk",
+                        physical_batch_size=physical)
     ids = pad_batch(docs * 2, 16, EOS)  # 8 records at rate 1/2: opacus divides by 4
     loader = poisson_loader(
         torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
