@@ -4,6 +4,7 @@ and the recipe's refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -507,11 +508,10 @@ class _Killed(Exception):
     pass
 
 
-def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path, monkeypatch):
-    """Each text is journaled as it is drawn: the resumed run keeps the texts written down,
-    builds no batch for them, decodes only the rest, and charges nothing again."""
+@contextlib.contextmanager
+def _killed_after_three_parts(monkeypatch):
+    """The run inside dies right after the journal writes its third text."""
     from dpsynth.privacy.journal import Journal
-    from dpsynth.private.releases import decoding
 
     write = Journal.append_part
 
@@ -522,6 +522,15 @@ def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path,
 
     with monkeypatch.context() as patched, pytest.raises(_Killed):
         patched.setattr(Journal, "append_part", write_then_die)
+        yield
+
+
+def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path, monkeypatch):
+    """Each text is journaled as it is drawn: the resumed run keeps the texts written down,
+    builds no batch for them, decodes only the rest, and charges nothing again."""
+    from dpsynth.private.releases import decoding
+
+    with _killed_after_three_parts(monkeypatch):
         run(_config(tmp_path), embedder=HashEmbedder(), generator=RecordingGenerator())
     lines = [json.loads(x) for x in
              (tmp_path / "out" / "checkpoints" / "releases.jsonl").read_text().splitlines()]
@@ -561,21 +570,12 @@ def test_a_resume_on_an_in_memory_table_is_refused_not_continued(tmp_path, monke
     one under the one charge, as an edited file would. The resume is refused, as after a
     changed file; the texts already journaled are never drawn again."""
     from dpsynth.data.load import IN_MEMORY
-    from dpsynth.privacy.journal import Journal
     from dpsynth.run import Run
 
     texts, labels = ticket_texts(120)
     frame = pd.DataFrame({"text": texts, "label": labels})
     config = _config(tmp_path, data={"path": IN_MEMORY})
-    write = Journal.append_part
-
-    def write_then_die(journal, index, part, value, draws, layout):
-        write(journal, index, part, value, draws, layout)
-        if part == 2:
-            raise _Killed
-
-    with monkeypatch.context() as patched, pytest.raises(_Killed):
-        patched.setattr(Journal, "append_part", write_then_die)
+    with _killed_after_three_parts(monkeypatch):
         Run(config, frame, embedder=HashEmbedder(), generator=RecordingGenerator()).execute()
     edited = frame.copy()
     edited.loc[0, "text"] = "an edited record moves to another batch"
