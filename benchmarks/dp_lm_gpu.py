@@ -159,6 +159,7 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
         config = DpTraining(steps=args.steps, sampling_rate=q,
                             noise_multiplier=training.noise_scale, learning_rate=rate,
                             max_length=args.max_length, frozen=lm.frozen, device=device,
+                            physical_batch_size=args.physical_batch,
                             expected_batch_size=max(1, round(q * facts.n_units)))
         keys = iter([rng.bytes(16) for _ in range(args.steps)])
         torch.cuda.reset_peak_memory_stats() if device == "cuda" else None
@@ -252,6 +253,8 @@ def main() -> None:
     parser.add_argument("--full-learning-rate", type=float, default=5e-4)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--sample-batch", type=int, default=250)
+    parser.add_argument("--physical-batch", type=int, default=16, help="records per forward "
+                        "and backward pass (a worker's GPU memory follows it)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--deadline-s", type=float, default=0)
     parser.add_argument("--tf32", action="store_true", help="TF32 matrix products on a GPU "

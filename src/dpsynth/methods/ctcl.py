@@ -81,8 +81,8 @@ class LmTrainingParams(BaseModel):
         None, ge=1, description="records per forward and backward pass (book-keeping "
         "clipping): each Poisson batch is taken in chunks of this many before its one noisy "
         "update, so memory follows this, not the batch the sampler drew (64 SmolLM2 records "
-        "of up to 128 tokens at once went past 24 GB on a CPU); default 8 on the CPU, 64 on a "
-        "GPU")
+        "of up to 128 tokens at once went past 24 GB on a CPU); default 8 on the CPU, 16 on a "
+        "GPU (about a quarter of that memory: raise it on a large GPU for speed)")
     grad_sample_mode: Literal["bk", "hooks", "ghost"] = Field(
         "bk", description="per-example clipping: bk (book-keeping, one backward pass, the "
         "fastest), or opacus' hooks or ghost clipping; the same clipped sum")
