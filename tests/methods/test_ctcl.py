@@ -266,3 +266,22 @@ def test_ctcl_fine_tunes_smollm_with_lora_and_samples_it(tmp_path, tickets, topi
     assert privacy["breakdown"]["training"]["releases"] == 2
     exported = list((tmp_path / "ctcl").rglob("model.bin"))  # CTranslate2's int8 weights
     assert len(exported) == 1 and not list((tmp_path / "ctcl").rglob("step-*.safetensors"))
+
+
+@pytest.mark.parametrize("recipe", ["ctcl", "dpft"])
+def test_memory_a_step_cannot_have_stops_the_run_before_any_release(
+        tmp_path, tickets, tiny_lm, topics, monkeypatch, recipe):
+    """The largest pass a DP step can make is tried on pad tokens first: a machine that cannot
+    hold it stops the run before the first release, not on a batch of long records later."""
+    from dpsynth.errors import ConfigError
+    from dpsynth.private.training.dp_training import SequenceLoss
+
+    def full(self, logits, targets):
+        raise MemoryError
+
+    monkeypatch.setattr(SequenceLoss, "forward", full)
+    cfg = config(tmp_path, tickets, recipe, tiny_lm, topics, physical_batch_size=4)
+    with pytest.raises(ConfigError, match="physical_batch_size: 4 records"):
+        run(cfg, embedder=HashEmbedder(), generator=RecordingGenerator())
+    journal = tmp_path / recipe / "checkpoints" / "releases.jsonl"
+    assert not journal.exists() or "charge" not in journal.read_text()

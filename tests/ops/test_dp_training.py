@@ -395,3 +395,30 @@ def test_a_frozen_prefix_that_names_no_parameter_is_an_error():
         dp_finetune(tiny_model(), sequences(), PAD, config,
                     PrivacyLedger(50.0, 1e-5, discretization=1e-2), "training",
                     step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
+
+
+def test_the_worst_chunk_is_tried_on_pad_tokens_and_trains_nothing():
+    from dpsynth.private.training.dp_training import try_worst_chunk
+
+    model, twin = tiny_model(dropout=0.0), tiny_model(dropout=0.0)
+    seen = []
+    model.transformer.wte.register_forward_hook(lambda m, i, o: seen.append(i[0].clone()))
+    try_worst_chunk(model, PAD, chunk=3, max_length=16, device="cpu")
+    assert [tuple(ids.shape) for ids in seen] == [(3, 15)]  # chunk × max_length, shifted
+    assert bool((seen[0] == PAD).all())  # public pad tokens, nothing else
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(a, b) and a.requires_grad
+
+
+def test_a_worst_chunk_that_does_not_fit_is_a_config_error(monkeypatch):
+    from dpsynth.errors import ConfigError
+    from dpsynth.private.training.dp_training import try_worst_chunk
+
+    def full(self, logits, targets):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(SequenceLoss, "forward", full)
+    model = tiny_model()
+    with pytest.raises(ConfigError, match="physical_batch_size: 64 records of max_length 32"):
+        try_worst_chunk(model, PAD, chunk=64, max_length=32, device="cpu")
+    assert all(p.requires_grad for p in model.parameters())  # the clipper let go

@@ -171,6 +171,7 @@ class Ctcl(Recipe):
     def run(self, ctx: RunContext) -> SyntheticSet:
         plan = ctx.plan
         trained = ctx.checkpoints.folder / "model"
+        self._try_memory()
         if ctx.resumed is None:
             state = {"cell_probs": self.condition_distribution(ctx, plan),
                      "topic_keywords": self._keyword_table(ctx), "trained_steps": 0}
@@ -225,6 +226,18 @@ class Ctcl(Recipe):
             max_length=p.max_length, grad_sample_mode=p.grad_sample_mode,
             physical_batch_size=p.physical_batch_size,
             frozen=(*self._lm.frozen, *p.frozen), device=self.device)
+
+    def _try_memory(self) -> None:
+        """A DP step's largest pass, on public pad tokens, before any release of this run:
+        memory the machine cannot hold stops the run here (`try_worst_chunk`)."""
+        if self.params.grad_sample_mode != "bk":  # opacus' modes take the batch whole
+            return
+        from dpsynth.private.training.dp_training import physical_chunk, try_worst_chunk
+
+        p = self.params
+        try_worst_chunk(self._lm.fresh_model(), self._lm.pad_id,
+                        physical_chunk(p.physical_batch_size, self.device), p.max_length,
+                        self.device, (*self._lm.frozen, *p.frozen))
 
     def _checkpoints(self, ctx: RunContext, state: dict):
         from dpsynth.private.training.state import TrainingCheckpoints

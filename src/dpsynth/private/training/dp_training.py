@@ -58,9 +58,14 @@ class DpTraining:
 
     def chunk(self) -> int:
         """`physical_batch_size`, or its default for the device."""
-        if self.physical_batch_size is not None:
-            return self.physical_batch_size
-        return 8 if torch.device(self.device).type == "cpu" else 16
+        return physical_chunk(self.physical_batch_size, self.device)
+
+
+def physical_chunk(physical_batch_size: int | None, device: str) -> int:
+    """Records per pass: the size given, else 8 on the CPU and 16 on a GPU."""
+    if physical_batch_size is not None:
+        return physical_batch_size
+    return 8 if torch.device(device).type == "cpu" else 16
 
 
 IGNORE = -100
@@ -181,6 +186,35 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     if checkpoints and start < config.steps:
         checkpoints.save(config.steps, model, optimizer)  # committed before any export
     return model
+
+
+def try_worst_chunk(model: nn.Module, pad_id: int, chunk: int, max_length: int,
+                    device: str, frozen: Sequence[str] = ()) -> None:
+    """One forward and backward pass with book-keeping clipping over `chunk` sequences of
+    `max_length` public pad tokens, every one a target: the most memory a DP step's pass can
+    take. Run before the first release, so a bound the machine cannot hold stops the run
+    there, and never on a batch of long records after one. Trains nothing; `model` is spent.
+    (Linux may kill the process instead of raising: before the first release too.)"""
+    from dpsynth.private.training.bk_clipping import BookKeepingClipper
+
+    model.to(device)
+    _trainable(model, frozen)
+    ids = torch.full((chunk, max_length), pad_id, dtype=torch.long)
+    inputs, targets, positions = shifted_batch(ids, torch.full((chunk,), max_length))
+    clipper = BookKeepingClipper(model)
+    criterion = SequenceLoss()
+    criterion.reduction = "sum"
+    try:
+        logits = model(input_ids=inputs.to(device), position_ids=positions.to(device)).logits
+        criterion(logits, targets.to(device)).backward()
+        clipper.clipped_sum(1.0)
+    except (torch.OutOfMemoryError, MemoryError) as exc:
+        raise ConfigError(f"recipe.params.physical_batch_size: {chunk} records of max_length "
+                          f"{max_length} tokens do not fit in memory on {device} "
+                          f"({type(exc).__name__}); lower physical_batch_size or "
+                          "max_length") from None
+    finally:
+        clipper.detach()
 
 
 def _target_width(targets: torch.Tensor) -> int:
