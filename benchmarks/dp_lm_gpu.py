@@ -6,7 +6,7 @@ Each cell (set, recipe, seed, ε) makes the recipe's releases with dpsynth's own
 - its condition release: ctcl, Gaussian counts over (label, topic) cells at the seed's σ = 10,
   each record's topic its nearest public topic by MiniLM (found beforehand by the `topics`
   command: MiniLM has no wheel small enough to carry to the GPU machine); dpft, Gaussian label
-  counts; the conditions are then allocated over the cells as `Ctcl._conditions` does;
+  counts; the conditions are then allocated over the cells by ctcl's own `conditions_over`;
 - DP-Adam through `dp_finetune` (book-keeping clipping, each step charged) on the documents
   `SmolLMTrainable` builds from (label, topic keywords, text);
 - `n` texts through the smollm generator (its prompts, cleaning, retries) and
@@ -94,15 +94,14 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
     import numpy as np
     import torch
 
-    from dpsynth.backends import Condition
     from dpsynth.backends.config import SmolLMConfig
     from dpsynth.backends.smollm.engines import TorchEngine
     from dpsynth.backends.smollm.generator import SmolLMGenerator
     from dpsynth.backends.smollm.trainable import SmolLMTrainable
     from dpsynth.config import RecipeConfig
     from dpsynth.evaluate import read_text_table
+    from dpsynth.methods.ctcl import conditions_over
     from dpsynth.methods.parts.distinct import generate_distinct
-    from dpsynth.methods.parts.toolbox import allocate
     from dpsynth.methods.parts.topics import TopicModel
     from dpsynth.methods.registry import build_recipe
     from dpsynth.privacy.ledger import PrivacyLedger
@@ -149,11 +148,8 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
         ledger.charge(histogram.name, histogram.release_event, mechanism="gaussian",
                       sensitivity=1.0, noise_scale=histogram.noise_scale)
         noisy = counts + rng.normal(0, histogram.noise_scale, counts.shape)
-        probs = to_distribution(noisy.ravel())
-        cells = np.repeat(np.arange(probs.size), allocate(args.n, probs, minimum=0))
-        rows, columns = np.unravel_index(cells, counts.shape)
-        conditions = [Condition(label=names[r], keywords=tuple(keywords[c]))
-                      for r, c in zip(rows, columns, strict=True)]
+        conditions = conditions_over(to_distribution(noisy.ravel()).reshape(counts.shape),
+                                     args.n, names, keywords if ctcl else [])
         training = plan.stage(TRAINING)
         q = training.spec.sampling_rate
         config = DpTraining(steps=args.steps, sampling_rate=q,

@@ -274,11 +274,17 @@ class Ctcl(Recipe):
 
     def _conditions(self, ctx: RunContext, state: dict) -> list[Condition]:
         """`n_output` conditions over the cells, allocated by the DP distribution."""
-        probs = np.asarray(state["cell_probs"])
-        cells = np.repeat(np.arange(probs.size),
-                          allocate(self.params.n_output, probs.ravel(), minimum=0))
-        rows, columns = np.unravel_index(cells, probs.shape)
-        names, table = ctx.private.label_names, state["topic_keywords"]
-        return [Condition(label=str(names[r]) if names else None,
-                          keywords=tuple(table[c]) if table else ())
-                for r, c in zip(rows, columns, strict=True)]
+        return conditions_over(np.asarray(state["cell_probs"]), self.params.n_output,
+                               ctx.private.label_names, state["topic_keywords"])
+
+
+def conditions_over(probs: np.ndarray, n: int, names, table: list[list[str]]
+                    ) -> list[Condition]:
+    """`n` conditions over the (label row, topic column) cells of `probs`, allocated by it:
+    each the row's label name (none without labels) and the column's keywords (none without
+    topics)."""
+    cells = np.repeat(np.arange(probs.size), allocate(n, probs.ravel(), minimum=0))
+    rows, columns = np.unravel_index(cells, probs.shape)
+    return [Condition(label=str(names[r]) if names else None,
+                      keywords=tuple(table[c]) if table else ())
+            for r, c in zip(rows, columns, strict=True)]

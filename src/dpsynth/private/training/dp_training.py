@@ -202,12 +202,9 @@ def try_worst_chunk(model: nn.Module, pad_id: int, chunk: int, max_length: int,
     ids = torch.full((chunk, max_length), pad_id, dtype=torch.long)
     inputs, targets, positions = shifted_batch(ids, torch.full((chunk,), max_length))
     clipper = BookKeepingClipper(model)
-    criterion = SequenceLoss()
-    criterion.reduction = "sum"
     try:
-        logits = model(input_ids=inputs.to(device), position_ids=positions.to(device)).logits
-        criterion(logits, targets.to(device)).backward()
-        clipper.clipped_sum(1.0)
+        _clipped_pass(model, _summed_loss(), clipper, inputs.to(device), targets.to(device),
+                      positions.to(device), 1.0)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ConfigError(f"recipe.params.physical_batch_size: {chunk} records of max_length "
                           f"{max_length} tokens do not fit in memory on {device} "
@@ -215,6 +212,21 @@ def try_worst_chunk(model: nn.Module, pad_id: int, chunk: int, max_length: int,
                           "max_length") from None
     finally:
         clipper.detach()
+
+
+def _summed_loss() -> SequenceLoss:
+    """The loss summed over the batch: each sample's gradient is that of its own loss."""
+    criterion = SequenceLoss()
+    criterion.reduction = "sum"
+    return criterion
+
+
+def _clipped_pass(model: nn.Module, criterion: SequenceLoss, clipper, inputs: torch.Tensor,
+                  targets: torch.Tensor, positions: torch.Tensor, max_grad_norm: float) -> None:
+    """Forward and backward over one chunk, its clipped per-sample sum added into `.grad`."""
+    logits = model(input_ids=inputs, position_ids=positions).logits
+    criterion(logits, targets).backward()
+    clipper.clipped_sum(max_grad_norm)
 
 
 def _target_width(targets: torch.Tensor) -> int:
@@ -290,8 +302,7 @@ class _BookKeeping:
         self.generator = noise_generator
         self.loader = loader
         self.expected_batch_size = expected_batch_size(loader, config)
-        self.criterion = SequenceLoss()
-        self.criterion.reduction = "sum"  # each sample's gradient is that of its own loss
+        self.criterion = _summed_loss()
         self.clipper = BookKeepingClipper(model)
 
     def step(self, inputs, targets, positions) -> None:
@@ -302,10 +313,9 @@ class _BookKeeping:
         for start in range(0, len(inputs), size):
             part = slice(start, start + size)
             width = _target_width(targets[part])
-            logits = self.model(input_ids=inputs[part, :width],
-                                position_ids=positions[part, :width]).logits
-            self.criterion(logits, targets[part, :width]).backward()
-            self.clipper.clipped_sum(self.config.max_grad_norm)
+            _clipped_pass(self.model, self.criterion, self.clipper, inputs[part, :width],
+                          targets[part, :width], positions[part, :width],
+                          self.config.max_grad_norm)
         self._noisy_update()
 
     def noise_only_step(self) -> None:
