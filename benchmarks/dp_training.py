@@ -59,8 +59,7 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int,
     from dpsynth.private.training.dp_training import (
         DpTraining,
         SequenceLoss,
-        _BookKeeping,
-        _Opacus,
+        dp_step,
         shifted_batch,
     )
 
@@ -94,8 +93,7 @@ def measure(mode: str, batch: int, length: int, steps: int, layers: int,
                             max_grad_norm=1.0, max_length=length, grad_sample_mode=mode)
         loader = DataLoader(TensorDataset(ids, torch.full((len(ids),), length)),
                             batch_size=batch)
-        private = (_BookKeeping if mode == "bk" else _Opacus)(model, optimizer, loader, config,
-                                                              torch.Generator())
+        private = dp_step(model, optimizer, loader, config, torch.Generator())
 
         def step() -> None:
             private.step(inputs, targets, positions)

@@ -268,9 +268,10 @@ def test_ctcl_fine_tunes_smollm_with_lora_and_samples_it(tmp_path, tickets, topi
     assert len(exported) == 1 and not list((tmp_path / "ctcl").rglob("step-*.safetensors"))
 
 
-@pytest.mark.parametrize("recipe", ["ctcl", "dpft"])
+@pytest.mark.parametrize(("recipe", "mode"), [("ctcl", "bk"), ("dpft", "bk"),
+                                             ("ctcl", "hooks")])
 def test_memory_a_step_cannot_have_stops_the_run_before_any_release(
-        tmp_path, tickets, tiny_lm, topics, monkeypatch, recipe):
+        tmp_path, tickets, tiny_lm, topics, monkeypatch, recipe, mode):
     """The largest pass a DP step can make is tried on pad tokens first: a machine that cannot
     hold it stops the run before the first release, not on a batch of long records later."""
     from dpsynth.errors import ConfigError
@@ -280,7 +281,8 @@ def test_memory_a_step_cannot_have_stops_the_run_before_any_release(
         raise MemoryError
 
     monkeypatch.setattr(SequenceLoss, "forward", full)
-    cfg = config(tmp_path, tickets, recipe, tiny_lm, topics, physical_batch_size=4)
+    cfg = config(tmp_path, tickets, recipe, tiny_lm, topics, physical_batch_size=4,
+                 grad_sample_mode=mode)
     with pytest.raises(ConfigError, match="physical_batch_size: 4 records"):
         run(cfg, embedder=HashEmbedder(), generator=RecordingGenerator())
     journal = tmp_path / recipe / "checkpoints" / "releases.jsonl"

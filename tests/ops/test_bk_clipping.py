@@ -13,7 +13,7 @@ from dpsynth.private.training.dp_training import (  # noqa: E402
     IGNORE,
     DpTraining,
     SequenceLoss,
-    _BookKeeping,
+    dp_step,
     pad_batch,
     poisson_loader,
     shifted_batch,
@@ -156,22 +156,26 @@ def test_the_closing_end_of_text_is_a_target_and_padding_is_not():
     assert positions.tolist() == [[0, 1], [0, 1]]
 
 
+@pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
 @pytest.mark.parametrize("physical", [None, 1, 3])  # the batch whole, or in chunks
-def test_a_book_keeping_step_is_adamw_on_the_noiseless_clipped_mean(physical):
+def test_a_dp_step_is_adamw_on_the_noiseless_clipped_mean(mode, physical):
+    """In every mode, a batch taken in chunks makes the update the batch taken whole would."""
     docs = documents([12, 5, 9, 3], seed=5)
     expected, _ = reference(model_(), docs, max_grad_norm=2.0)
     model, twin = model_(), model_()
     config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
-                        learning_rate=1e-2, max_length=16, grad_sample_mode="bk",
+                        learning_rate=1e-2, max_length=16, grad_sample_mode=mode,
                         physical_batch_size=physical)
     ids = pad_batch(docs * 2, 16, EOS)  # 8 records at rate 1/2: opacus divides by 4
     loader = poisson_loader(
         torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
-    step = _BookKeeping(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
-                        torch.Generator())
-    assert step.expected_batch_size == 4
+    step = dp_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
+                   torch.Generator())
+    passes = []
+    model.transformer.wte.register_forward_hook(lambda m, i, o: passes.append(len(i[0])))
     step.step(*shifted_batch(ids[:4], torch.tensor([len(d) for d in docs])))
     step.close()
+    assert passes == {None: [4], 1: [1, 1, 1, 1], 3: [3, 1]}[physical]  # records per pass
     optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
     for name, p in twin.named_parameters():
         p.grad = expected[name] / 4

@@ -397,20 +397,26 @@ def test_a_frozen_prefix_that_names_no_parameter_is_an_error():
                     step_event(0.5, 0.25), next_key=lambda: b"k" * 16)
 
 
-def test_the_worst_chunk_is_tried_on_pad_tokens_and_trains_nothing():
+@pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
+def test_the_worst_chunk_is_tried_on_pad_tokens_and_trains_nothing(mode):
     from dpsynth.private.training.dp_training import try_worst_chunk
 
     model, twin = tiny_model(dropout=0.0), tiny_model(dropout=0.0)
-    seen = []
+    seen, clipped = [], []
     model.transformer.wte.register_forward_hook(lambda m, i, o: seen.append(i[0].clone()))
-    try_worst_chunk(model, PAD, chunk=3, max_length=16, device="cpu")
+    model.lm_head.register_full_backward_hook(lambda m, gi, go: clipped.append(True))
+    try_worst_chunk(model, PAD, chunk=3, max_length=16, device="cpu", grad_sample_mode=mode)
     assert [tuple(ids.shape) for ids in seen] == [(3, 15)]  # chunk × max_length, shifted
     assert bool((seen[0] == PAD).all())  # public pad tokens, nothing else
+    assert clipped  # the backward pass ran, not the forward alone
     for a, b in zip(model.parameters(), twin.parameters(), strict=True):
         assert torch.equal(a, b) and a.requires_grad
+    assert not any(m._forward_hooks for m in model.modules()
+                   if m is not model.transformer.wte)  # opacus' hooks let go
 
 
-def test_a_worst_chunk_that_does_not_fit_is_a_config_error(monkeypatch):
+@pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
+def test_a_worst_chunk_that_does_not_fit_is_a_config_error(monkeypatch, mode):
     from dpsynth.errors import ConfigError
     from dpsynth.private.training.dp_training import try_worst_chunk
 
@@ -420,5 +426,19 @@ def test_a_worst_chunk_that_does_not_fit_is_a_config_error(monkeypatch):
     monkeypatch.setattr(SequenceLoss, "forward", full)
     model = tiny_model()
     with pytest.raises(ConfigError, match="physical_batch_size: 64 records of max_length 32"):
-        try_worst_chunk(model, PAD, chunk=64, max_length=32, device="cpu")
+        try_worst_chunk(model, PAD, chunk=64, max_length=32, device="cpu",
+                        grad_sample_mode=mode)
     assert all(p.requires_grad for p in model.parameters())  # the clipper let go
+
+
+@pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
+def test_a_large_poisson_batch_is_taken_in_chunks_in_every_mode(mode):
+    """The sampler may draw any number of records; no pass ever holds more than the config's
+    chunk, so memory is the config's, not the batch's."""
+    model, seen = tiny_model(), []
+    model.transformer.wte.register_forward_hook(lambda m, i, o: seen.append(len(i[0])))
+    config = DpTraining(steps=3, sampling_rate=0.9, noise_multiplier=0.5, max_length=12,
+                        grad_sample_mode=mode, physical_batch_size=5)
+    dp_finetune(model, sequences(), PAD, config, PrivacyLedger(50.0, 1e-5, discretization=1e-2),
+                "training", step_event(0.5, 0.9), next_key=lambda: b"k" * 16)
+    assert max(seen) == 5 and sum(seen) > 3 * 40  # batches of about 58 records, in fives

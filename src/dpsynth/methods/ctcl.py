@@ -78,9 +78,9 @@ class LmTrainingParams(BaseModel):
     max_length: int = Field(128, ge=8, description="tokens per training example; longer ones are "
                             "cut")
     physical_batch_size: int | None = Field(
-        None, ge=1, description="records per forward and backward pass (book-keeping "
-        "clipping): each Poisson batch is taken in chunks of this many before its one noisy "
-        "update, so memory follows this, not the batch the sampler drew (64 SmolLM2 records "
+        None, ge=1, description="records per forward and backward pass (every "
+        "grad_sample_mode): each Poisson batch is taken in chunks of this many before its one "
+        "noisy update, so memory follows this, not the batch the sampler drew (64 SmolLM2 records "
         "of up to 128 tokens at once went past 24 GB on a CPU); default 8 on the CPU, 16 on a "
         "GPU (about a quarter of that memory: raise it on a large GPU for speed)")
     grad_sample_mode: Literal["bk", "hooks", "ghost"] = Field(
@@ -230,14 +230,12 @@ class Ctcl(Recipe):
     def _try_memory(self) -> None:
         """A DP step's largest pass, on public pad tokens, before any release of this run:
         memory the machine cannot hold stops the run here (`try_worst_chunk`)."""
-        if self.params.grad_sample_mode != "bk":  # opacus' modes take the batch whole
-            return
         from dpsynth.private.training.dp_training import physical_chunk, try_worst_chunk
 
         p = self.params
         try_worst_chunk(self._lm.fresh_model(), self._lm.pad_id,
                         physical_chunk(p.physical_batch_size, self.device), p.max_length,
-                        self.device, (*self._lm.frozen, *p.frozen))
+                        self.device, (*self._lm.frozen, *p.frozen), p.grad_sample_mode)
 
     def _checkpoints(self, ctx: RunContext, state: dict):
         from dpsynth.private.training.state import TrainingCheckpoints

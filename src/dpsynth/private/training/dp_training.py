@@ -51,10 +51,10 @@ class DpTraining:
     data.max_units). None takes int(N·q) from the sequences given, for callers whose N is
     public; under a bound that would make every update depend on the data's N."""
     physical_batch_size: int | None = None
-    """Records per forward and backward pass under book-keeping clipping: a Poisson batch is
-    taken in chunks of this many, their clipped sums added before the one noisy update (the
-    same step), so memory is bounded by the config, never by how many records the sampler
-    drew or how long they are. None: 8 on the CPU, 16 on a GPU."""
+    """Records per forward and backward pass, in every mode: a Poisson batch is taken in
+    chunks of this many, their clipped sums added before the one noisy update (the same
+    step), so memory is bounded by the config, never by how many records the sampler drew or
+    how long they are. None: 8 on the CPU, 16 on a GPU."""
 
     def chunk(self) -> int:
         """`physical_batch_size`, or its default for the device."""
@@ -168,8 +168,7 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
     model.train()
     noise_generator = torch.Generator()
     loader = poisson_loader(TensorDataset(ids, lengths, first), config.sampling_rate)
-    private = (_BookKeeping if config.grad_sample_mode == "bk" else _Opacus)(
-        model, optimizer, loader, config, noise_generator)
+    private = dp_step(model, optimizer, loader, config, noise_generator)
     every = checkpoints.every if checkpoints else config.steps
     try:
         for step in track(range(start, config.steps), "DP fine-tuning", log_progress=True):
@@ -189,50 +188,59 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
 
 
 def try_worst_chunk(model: nn.Module, pad_id: int, chunk: int, max_length: int,
-                    device: str, frozen: Sequence[str] = ()) -> None:
-    """One forward and backward pass with book-keeping clipping over `chunk` sequences of
-    `max_length` public pad tokens, every one a target: the most memory a DP step's pass can
-    take. Run before the first release, so a bound the machine cannot hold stops the run
-    there, and never on a batch of long records after one. Trains nothing; `model` is spent.
-    (Linux may kill the process instead of raising: before the first release too.)"""
-    from dpsynth.private.training.bk_clipping import BookKeepingClipper
-
-    model.to(device)
-    _trainable(model, frozen)
+                    device: str, frozen: Sequence[str] = (),
+                    grad_sample_mode: str = "bk") -> None:
+    """One forward and backward pass with per-sample clipping (`grad_sample_mode`'s) over
+    `chunk` sequences of `max_length` public pad tokens, every one a target: the most memory
+    a DP step's pass can take. Run before the first release, so a bound the machine cannot
+    hold stops the run there, and never on a batch of long records after one. Trains
+    nothing; `model` is spent. (Linux may kill the process instead of raising: before the
+    first release too.)"""
     ids = torch.full((chunk, max_length), pad_id, dtype=torch.long)
-    inputs, targets, positions = shifted_batch(ids, torch.full((chunk,), max_length))
-    clipper = BookKeepingClipper(model)
+    lengths = torch.full((chunk,), max_length)
+    config = DpTraining(steps=1, sampling_rate=1.0, noise_multiplier=0.0,
+                        max_length=max_length, grad_sample_mode=grad_sample_mode,
+                        frozen=tuple(frozen), device=device, expected_batch_size=chunk,
+                        physical_batch_size=chunk)
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(_trainable(model, frozen))
+    trial = dp_step(model, optimizer, poisson_loader(TensorDataset(ids, lengths), 1.0),
+                    config, torch.Generator())
     try:
-        _clipped_pass(model, _summed_loss(), clipper, inputs.to(device), targets.to(device),
-                      positions.to(device), 1.0)
+        trial.accumulate(*(t.to(device) for t in shifted_batch(ids, lengths)))
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ConfigError(f"recipe.params.physical_batch_size: {chunk} records of max_length "
                           f"{max_length} tokens do not fit in memory on {device} "
                           f"({type(exc).__name__}); lower physical_batch_size or "
                           "max_length") from None
     finally:
-        clipper.detach()
+        trial.close()
 
 
-def _summed_loss() -> SequenceLoss:
-    """The loss summed over the batch: each sample's gradient is that of its own loss."""
-    criterion = SequenceLoss()
-    criterion.reduction = "sum"
-    return criterion
-
-
-def _clipped_pass(model: nn.Module, criterion: SequenceLoss, clipper, inputs: torch.Tensor,
-                  targets: torch.Tensor, positions: torch.Tensor, max_grad_norm: float) -> None:
-    """Forward and backward over one chunk, its clipped per-sample sum added into `.grad`."""
-    logits = model(input_ids=inputs, position_ids=positions).logits
-    criterion(logits, targets).backward()
-    clipper.clipped_sum(max_grad_norm)
+def dp_step(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
+            config: DpTraining, noise_generator: torch.Generator):
+    """The DP step of `config.grad_sample_mode`: book-keeping clipping, or opacus'."""
+    step = _BookKeeping if config.grad_sample_mode == "bk" else _Opacus
+    return step(model, optimizer, loader, config, noise_generator)
 
 
 def _target_width(targets: torch.Tensor) -> int:
     """Columns up to the last target of any row (at least one)."""
     used = (targets != IGNORE).any(dim=0).nonzero()
     return int(used.max()) + 1 if len(used) else 1
+
+
+def physical_chunks(inputs: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor,
+                    size: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """A batch in chunks of `size` records, each cut to its own last target (causal
+    attention: later padding changes nothing before it) and contiguous, as opacus' per-sample
+    embedding norms need."""
+    chunks = []
+    for start in range(0, len(inputs), size):
+        rows = slice(start, start + size)
+        width = _target_width(targets[rows])
+        chunks.append(tuple(t[rows, :width].contiguous() for t in (inputs, targets, positions)))
+    return chunks
 
 
 def poisson_loader(dataset: TensorDataset, rate: float) -> DataLoader:
@@ -302,21 +310,21 @@ class _BookKeeping:
         self.generator = noise_generator
         self.loader = loader
         self.expected_batch_size = expected_batch_size(loader, config)
-        self.criterion = _summed_loss()
+        self.criterion = SequenceLoss()
+        self.criterion.reduction = "sum"  # each sample's gradient is that of its own loss
         self.clipper = BookKeepingClipper(model)
 
     def step(self, inputs, targets, positions) -> None:
-        """The batch in chunks of `DpTraining.chunk()` records, each cut to its own longest
-        target (causal attention: later padding changes nothing before it); every chunk's
-        clipped sum adds into `.grad`, then one noisy update."""
-        size = self.config.chunk()
-        for start in range(0, len(inputs), size):
-            part = slice(start, start + size)
-            width = _target_width(targets[part])
-            _clipped_pass(self.model, self.criterion, self.clipper, inputs[part, :width],
-                          targets[part, :width], positions[part, :width],
-                          self.config.max_grad_norm)
+        """Every chunk's clipped sum adds into `.grad`, then one noisy update."""
+        for chunk in physical_chunks(inputs, targets, positions, self.config.chunk()):
+            self.accumulate(*chunk)
         self._noisy_update()
+
+    def accumulate(self, inputs, targets, positions) -> None:
+        """One chunk's clipped per-sample sum, added into `.grad`."""
+        logits = self.model(input_ids=inputs, position_ids=positions).logits
+        self.criterion(logits, targets).backward()
+        self.clipper.clipped_sum(self.config.max_grad_norm)
 
     def noise_only_step(self) -> None:
         for param in self.clipper.params:
@@ -358,6 +366,16 @@ class _Opacus:
         self.model.train()
 
     def step(self, inputs, targets, positions) -> None:
+        """Every chunk clipped and added into opacus' `summed_grad` with its step skipped (as
+        its BatchMemoryManager does), the last one then stepped: one noisy update."""
+        chunks = physical_chunks(inputs, targets, positions, self.config.chunk())
+        for i, chunk in enumerate(chunks):
+            self.accumulate(*chunk, then_step=i == len(chunks) - 1)
+
+    def accumulate(self, inputs, targets, positions, then_step: bool = False) -> None:
+        """One chunk's clipped per-sample sum, added into `summed_grad`; `then_step`: noise
+        the sum of every chunk so far and update."""
+        self.optimizer.signal_skip_step(do_skip=not then_step)
         # opacus' per-sample embedding norms need contiguous ids and explicit positions
         logits = self.model(input_ids=inputs, position_ids=positions).logits
         self.criterion(logits, targets).backward()
