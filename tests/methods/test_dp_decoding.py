@@ -583,3 +583,28 @@ def test_a_resume_on_an_in_memory_table_is_refused_not_continued(tmp_path, monke
         with pytest.raises(InputError, match="in-memory table"):
             Run(config, table, embedder=HashEmbedder(),
                 generator=RecordingGenerator()).execute()
+
+
+def test_copies_of_a_text_are_run_once_and_counted_once_per_record():
+    """Copies of one text all join one batch (their digest is one), so a batch's memory and
+    passes followed how often the private set repeats a text, after the release's charge: a
+    text held 60 times ran 20 chunks of KV caches where one would do. Each distinct row now
+    runs once, its clipped shift counted once per copy: the same scores as the copies' sum."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, setup = tiny_context_lm(), _setup()
+    a, b = "refund invoice charge card fee", ticket_texts(4)[0][2]
+
+    def shifts(text):  # one record's clipped shift on the grid, from a batch of it alone
+        ids, u = BatchScores(lm, setup, REQUEST, [text]).next_scores([])
+        ids0, u0 = BatchScores(lm, setup, REQUEST, []).next_scores([])
+        assert np.array_equal(ids, ids0)
+        return ids, np.rint((u - u0) * setup.batch_size / GRID).astype(np.int64), u0
+
+    ids, shift_a, public = shifts(a)
+    shift_b = shifts(b)[1]
+    scores = BatchScores(lm, setup, REQUEST, [a] * 30 + [b] + [a] * 30)
+    assert len(scores._chunks) == 1  # two distinct rows, in one chunk of forward_batch 3
+    got_ids, u = scores.next_scores([])
+    assert np.array_equal(got_ids, ids)
+    assert np.array_equal(u, public + (60 * shift_a + shift_b) * GRID / setup.batch_size)

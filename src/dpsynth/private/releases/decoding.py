@@ -107,7 +107,17 @@ class BatchScores:
         self._eos = lm.eos_id
         before, after = lm.slotted(request.private_instruction)
         width = len(before) + setup.max_example_tokens + len(after)  # public: one row length
-        rows = [before + lm.encode(x, setup.max_example_tokens) + after for x in examples]
+        # records whose rows are the same tokens (copies of a text, or texts cut to the same
+        # first max_example_tokens) have the same log-probabilities bit for bit (fixed-shape
+        # passes): each such row is run once and its clipped shift counted once per record,
+        # the same integer sum, while memory and passes follow the distinct rows, not how
+        # many records repeat one (copies all join one batch: their digest is one)
+        copies: dict[tuple[int, ...], int] = {}
+        for x in examples:
+            row = tuple(before + lm.encode(x, setup.max_example_tokens) + after)
+            copies[row] = copies.get(row, 0) + 1
+        rows, counts = [list(row) for row in copies], np.fromiter(copies.values(), np.int64,
+                                                                  len(copies))
         public = lm.prompt(request.public_instruction)
         filler = public[-width:]  # the padding rows of a chunk: public, masked out of sums
         self._public = _State(self._prefill([public], len(public)), 1)
@@ -116,7 +126,8 @@ class BatchScores:
         for start in range(0, len(rows), f):
             part = rows[start : start + f]
             real = len(part)
-            self._chunks.append(_State(self._prefill(part + [filler] * (f - real), width), real))
+            self._chunks.append(_State(self._prefill(part + [filler] * (f - real), width), real,
+                                       counts[start : start + f]))
         self._clip = int(np.floor(setup.clip / GRID))
 
     def _prefill(self, rows: list[list[int]], width: int):
@@ -159,14 +170,16 @@ class BatchScores:
             # as ±C: data-independent rules, before the clip
             diff = np.nan_to_num(logp - public[candidates], nan=0.0, posinf=self.setup.clip,
                                  neginf=-self.setup.clip)
-            shift = np.rint(diff / GRID)
-            total += np.clip(shift, -self._clip, self._clip).astype(np.int64).sum(axis=0)
+            shift = np.clip(np.rint(diff / GRID), -self._clip, self._clip).astype(np.int64)
+            total += (shift * state.copies[:, None]).sum(axis=0)
         return candidates, public[candidates] + total * GRID / self.setup.batch_size
 
 
 class _State:
-    def __init__(self, value, real: int) -> None:
+    def __init__(self, value, real: int, copies: np.ndarray | None = None) -> None:
         self.value, self.real = value, real
+        # how many of the batch's records each of the `real` rows stands for
+        self.copies = np.ones(real, dtype=np.int64) if copies is None else copies
 
 
 def top_k_plus(public_logp: np.ndarray, k: int, clip: float) -> np.ndarray:
