@@ -121,3 +121,13 @@ def test_bucket_values_are_cosines_whatever_the_embedder():
     emb = np.array([[3.0, 0.0], [2.0, 0.0], [-3.0, 0.0], [1.0, 1.0]])
     values = bucket_pair_similarities(emb, ["a", "b", "c", "d"], 1, b"k" * 16)
     assert values.size == 1 and -1.0 <= values[0] <= 1.0
+
+
+def test_bucket_values_are_finite_for_huge_finite_rows():
+    """An embedder that does not normalise may answer finite float32 rows whose product
+    overflows: 1e20·1e20 is inf in float32, and opposite signs sum to NaN, which the noisy
+    mean's grid refused after the release's charge. Coordinates are clipped first, in float64."""
+    signs = np.where(np.arange(8) % 2, -1.0, 1.0)
+    emb = np.array([1e20 * np.ones(8), 1e20 * signs], dtype=np.float32)
+    values = bucket_pair_similarities(emb, ["a", "b"], 1, b"k" * 16)
+    assert values.size == 1 and np.isfinite(values).all() and -1.0 <= values[0] <= 1.0

@@ -42,6 +42,10 @@ def _run(tmp_path, recipe, params, embedder, odd: bool, n: int = 40, seed: int =
     texts, labels = ticket_texts(n)
     if odd:
         texts, labels = [*texts, ODD], [*labels, labels[0]]
+    return _run_table(tmp_path, recipe, params, embedder, texts, labels, seed)
+
+
+def _run_table(tmp_path, recipe, params, embedder, texts, labels, seed: int = 0):
     tmp_path.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "private.csv",
                                                           index=False)
@@ -83,6 +87,36 @@ def test_a_record_embedded_as_nan_changes_no_release_or_outcome(tmp_path):
         for seed in range(6):
             failure, releases = _run(tmp_path / f"{odd}-{seed}", "dpga", params, NotFinite(),
                                      odd=odd, n=4, seed=seed)
+            outcomes.append((failure, releases))
+    assert all(failure is None for failure, _ in outcomes)
+    assert len({json.dumps(r, sort_keys=True) for _, r in outcomes}) == 1
+
+
+class HugeButFinite(HashEmbedder):
+    """A custom embedder that does not normalise: finite float32 rows of size 1e20, signs from
+    the text, for the odd records (two of them in one bucket overflow a float32 product)."""
+
+    def encode(self, texts):
+        out = super().encode(texts)
+        for i, text in enumerate(texts):
+            if text.startswith("zzz"):
+                signs = np.random.default_rng(len(text)).choice([-1.0, 1.0], out.shape[1])
+                out[i] = 1e20 * signs
+        return out
+
+
+def test_a_huge_but_finite_embedding_changes_no_release_or_outcome(tmp_path):
+    """D holds one such record, D' a second: with one bucket, under some seeds the two are
+    τ's pair, whose float32 cosine was NaN, and the charged release failed."""
+    params = dict(TINY["dpga"], similarity_suppression=True, similarity_buckets=1)
+    outcomes = []
+    for odd in (False, True):
+        for seed in range(5):
+            texts, labels = ticket_texts(3)
+            extra = ["zzz odd record"] + (["zzz another odd record"] if odd else [])
+            failure, releases = _run_table(tmp_path / f"{odd}-{seed}", "dpga", params,
+                                           HugeButFinite(), [*texts, *extra],
+                                           [*labels, *[labels[0]] * len(extra)], seed)
             outcomes.append((failure, releases))
     assert all(failure is None for failure, _ in outcomes)
     assert len({json.dumps(r, sort_keys=True) for _, r in outcomes}) == 1

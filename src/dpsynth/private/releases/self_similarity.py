@@ -39,8 +39,13 @@ def bucket_pair_similarities(embeddings: np.ndarray, texts: list[str], n_buckets
             a, b = order[start], order[start + 1]
             if rows is not None:
                 a, b = rows[a], rows[b]
-            # clipped: the sensitivity of 2 assumes cosines, whatever embedder is passed
-            values.append(float(np.clip(embeddings[a] @ embeddings[b], -1.0, 1.0)))
+            # clipped: the sensitivity of 2 assumes cosines, whatever embedder is passed; the
+            # coordinates too, in float64 (a unit vector's are in [-1, 1] already): two finite
+            # but huge rows of an embedder that does not normalise overflowed float32 to NaN,
+            # and the release, charged already, refused it
+            x, y = (np.clip(np.asarray(embeddings[i], dtype=np.float64), -1.0, 1.0)
+                    for i in (a, b))
+            values.append(float(np.clip(x @ y, -1.0, 1.0)))
     return np.asarray(values, dtype=np.float64)
 
 
