@@ -287,3 +287,27 @@ def test_memory_a_step_cannot_have_stops_the_run_before_any_release(
         run(cfg, embedder=HashEmbedder(), generator=RecordingGenerator())
     journal = tmp_path / recipe / "checkpoints" / "releases.jsonl"
     assert not journal.exists() or "charge" not in journal.read_text()
+
+
+@pytest.mark.parametrize("recipe", ["ctcl", "dpft"])
+def test_each_record_is_cut_to_max_length_as_it_is_tokenised(tmp_path, tickets, tiny_lm,
+                                                             topics, recipe, monkeypatch):
+    """Tokenising happens after ctcl's topic histogram (dpft's label histogram): every whole
+    token list, up to data.max_chars a record, was kept until pad_batch cut it, a memory peak
+    that followed the private records' lengths after a release. Training now receives each
+    record already cut to max_length."""
+    from dpsynth.private.training import dp_training
+
+    texts, labels = tickets
+    long = [f"{t} " + " ".join(["refund invoice charge"] * 150) for t in texts]
+    seen: list[int] = []
+    real = dp_training.dp_finetune
+
+    def recording(model, sequences, *args, **kwargs):
+        seen.extend(len(s) for s in sequences)
+        return real(model, sequences, *args, **kwargs)
+
+    monkeypatch.setattr(dp_training, "dp_finetune", recording)
+    run(config(tmp_path, (long, labels), recipe, tiny_lm, topics, steps=2),
+        embedder=HashEmbedder(), generator=RecordingGenerator())
+    assert len(seen) == len(texts) and max(seen) == 32  # max_length, and records reach it

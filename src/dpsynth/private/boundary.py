@@ -170,9 +170,18 @@ class Private:
         topics = (None if conditioning.centroids is None
                   else self._voters().nearest(conditioning.centroids))
         self.close()
-        documents = training_sequences(self._data, lambda i, label, text: lm.document(
-            conditioning.label_name(label),
-            conditioning.keywords[topics[i]] if topics is not None else (), text))
+        cut = settings.get("max_length", DpTraining.max_length)
+
+        def document(i: int, label: str | None, text: str) -> tuple[list[int], int]:
+            # cut to what training reads as each record is tokenised: every whole token list
+            # (up to data.max_chars a record, ~9x its text in memory) was kept until
+            # pad_batch, after the first release, a peak that followed the records' lengths
+            ids, start = lm.document(conditioning.label_name(label),
+                                     conditioning.keywords[topics[i]] if topics is not None
+                                     else (), text)
+            return list(ids[:cut]), start
+
+        documents = training_sequences(self._data, document)
         config = DpTraining(steps=stage.spec.compositions,
                             sampling_rate=stage.spec.sampling_rate,
                             noise_multiplier=stage.noise_scale,
