@@ -29,24 +29,42 @@ _SIGN_OFF = re.compile(
     r"\n+\s*(?:i hope (?:this|you)|let me know|feel free|please note|note:|this (?:text|"
     r"rewrite|version|article|review) (?:is|has|keeps|captures|maintains)|i (?:have|'ve) "
     r"(?:rewritten|written|filled|changed|kept))[^\n]*(?:\n[^\n]*)*$", re.IGNORECASE)
+_TASK = (r"(?:text|topic|article|story|review|genre|style|tone|prompt|write|writing|rewrite|"
+         r"details|more information|context|instructions|like me to|want me to|"
+         r"would you like|do you want|you have in mind)")
+"""Words of a reply about the task: a question back, or a request, is off task only with one
+in its sentence. Documents ask questions and make requests too ("What is the capital of
+France?", "Can you tell me why I was charged twice?", "Hi, my order is late")."""
+_ASSIST = (r"(?:help(?! but)|assist|write|create|generate|rewrite|fulfil|fulfill|provide|"
+           r"comply|complete|do that)\b")
+"""What an assistant says it can or cannot do ("I can't help with that"), as against a
+review's "I can't believe" or "I'm happy to say"."""
 _OFF_TASK = re.compile(
-    r"^\s*(?:i'?m sorry|i am sorry|sorry,|i can(?:no|')t|i cannot|i'?m unable|i am unable|"
-    r"as an ai|i'?m (?:ready|here|happy|glad) to|i'?d (?:be happy|love) to|i would be happy|"
-    r"(?:what|which) (?:is|are|would|kind|type|topic)\b|could you (?:please )?(?:provide|"
-    r"give|tell)|please (?:provide|give|share|specify)|can you (?:provide|give|tell)|"
-    r"(?:hello|hi)[!,. ]|thank you|you'?ve |your (?:text|description|review|request)|"
+    r"^\s*(?:(?:hello|hi|hey)(?: there)?[!,.]*\s+)?"
+    r"(?:i'?m sorry,? (?:but )?(?:i|as an)\b|i am sorry,? (?:but )?i\b|sorry, (?:but )?i\b|"
+    rf"(?:i can(?:no|')t|i cannot|i'?m unable to|i am unable to) {_ASSIST}|as an ai|"
+    rf"(?:i'?m (?:ready|here|happy|glad) to|i'?d (?:be happy|love) to|i would be happy to) "
+    rf"{_ASSIST}|"
+    r"how (?:can|may) i (?:help|assist)|"
+    rf"(?:what|which) [^?\n]{{0,80}}\b{_TASK}\b|"
+    r"(?:could|can) you (?:please )?(?:provide|give|tell|share|specify)[^.?!\n]{0,80}\b"
+    rf"{_TASK}\b|please (?:provide|give|share|specify)[^.?!\n]{{0,80}}\b{_TASK}\b|"
+    r"thank you for (?:the|your) (?:text|prompt|request|task|instructions)|"
+    r"you'?ve (?:done|provided|given|asked|shared|written|requested)\b|"
+    r"your (?:text|description|review|prompt) (?:is|was|has|sounds|looks)\b|"
     r"i'?m going to (?:give|write|rewrite)|"
     r"(?:the |this )?(?:original |given |above )?text (?:was|is|has|had)\b)", re.IGNORECASE)
 _INNER_PREAMBLE = re.compile(r"^[^\n:]{0,120}\b(?:here(?:'s| is| are)|below is)\b[^\n:]{0,80}:\s*",
                              re.IGNORECASE)
 _ECHO = re.compile(r"reply with (?:the|only)|output only|the above (?:is|are) |"
                    r"without (?:any other|a title)|rewritten version|original text|"
-                   r"\bi (?:added|changed|kept|rewrote|replaced)\b", re.IGNORECASE)
+                   r"\bi (?:added|changed|kept|rewrote|replaced) (?:a few|some|the|a) "
+                   r"(?:words?|sentences?|phrases?|text|details?)\b", re.IGNORECASE)
 _QUOTES = (('"', '"'), ("“", "”"), ("'", "'"), ("«", "»"))
 MIN_WORDS = 3
 SHORTEST = 0.4
 """A reply under this share of its target length is a summary, not the text asked for."""
-VERSION = 3
+VERSION = 4
 """Part of the generator's identity (so of cache keys): bump it when a change to these rules
 changes what some reply becomes."""
 
