@@ -57,6 +57,9 @@ def test_refusals_questions_echoes_and_leftover_blanks_fail(reply):
     "Sorry, I can't do that.",
     "Which genre should the story be in?",
     "Can you give me more information about what you need?",
+    "I'm here to support you. How can I assist you today?",  # seen in trec pe runs
+    "I'm sorry for the confusion. I'll help you craft a message or create something.",
+    "I'm glad to hear that you're passionate about Roma and a LAD.",
 ])
 def test_an_assistant_talking_about_the_task_fails_behind_a_greeting_too(reply):
     assert clean_reply(reply) == FAILED

@@ -35,8 +35,8 @@ _TASK = (r"(?:text|topic|article|story|review|genre|style|tone|prompt|write|writ
 """Words of a reply about the task: a question back, or a request, is off task only with one
 in its sentence. Documents ask questions and make requests too ("What is the capital of
 France?", "Can you tell me why I was charged twice?", "Hi, my order is late")."""
-_ASSIST = (r"(?:help(?! but)|assist|write|create|generate|rewrite|fulfil|fulfill|provide|"
-           r"comply|complete|do that)\b")
+_ASSIST = (r"(?:help(?! but)|assist|support you|write|create|generate|rewrite|fulfil|fulfill|"
+           r"provide|comply|complete|do that)\b")
 """What an assistant says it can or cannot do ("I can't help with that"), as against a
 review's "I can't believe" or "I'm happy to say"."""
 _OFF_TASK = re.compile(
@@ -45,7 +45,8 @@ _OFF_TASK = re.compile(
     rf"(?:i can(?:no|')t|i cannot|i'?m unable to|i am unable to) {_ASSIST}|as an ai|"
     rf"(?:i'?m (?:ready|here|happy|glad) to|i'?d (?:be happy|love) to|i would be happy to) "
     rf"{_ASSIST}|"
-    r"how (?:can|may) i (?:help|assist)|"
+    r"how (?:can|may) i (?:help|assist)|i'?m sorry for the confusion|"
+    r"i'?m (?:glad|happy) to (?:hear|see) (?:that )?you|"
     rf"(?:what|which) [^?\n]{{0,80}}\b{_TASK}\b|"
     r"(?:could|can) you (?:please )?(?:provide|give|tell|share|specify)[^.?!\n]{0,80}\b"
     rf"{_TASK}\b|please (?:provide|give|share|specify)[^.?!\n]{{0,80}}\b{_TASK}\b|"
@@ -64,7 +65,7 @@ _QUOTES = (('"', '"'), ("“", "”"), ("'", "'"), ("«", "»"))
 MIN_WORDS = 3
 SHORTEST = 0.4
 """A reply under this share of its target length is a summary, not the text asked for."""
-VERSION = 4
+VERSION = 5
 """Part of the generator's identity (so of cache keys): bump it when a change to these rules
 changes what some reply becomes."""
 
