@@ -113,6 +113,10 @@ def test_plan_says_when_labels_are_codes(tmp_path, capsys):
     assert "are codes" in shown and "declare data.label_names" in shown.lower()
     main(["plan"])  # the bundled example's labels are names
     assert "are codes" not in capsys.readouterr().out
+    rows = ["text,label"] + [f"ticket {i},{['ABBR', 'HUM'][i % 2]}" for i in range(12)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    main(["plan", str(write_config(tmp_path, tmp_path / "t.csv", labels=["ABBR", "HUM"]))])
+    assert "the labels (ABBR, HUM) are codes" in capsys.readouterr().out  # trec's abbreviations
     main(["plan", str(write_config(tmp_path, tmp_path / "d.csv", labels=[0, 1], label_names={
         0: "everyday post", 1: "disaster report"}))])
     shown = capsys.readouterr().out

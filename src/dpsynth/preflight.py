@@ -139,7 +139,11 @@ def _refuse_a_held_out_of_private_texts(config: RunConfig, data: PrivateDataset)
 
 
 def _is_code(label: str) -> bool:
-    return label.strip().lstrip("-").isdigit() or len(label.strip()) <= 1
+    """A number, a single character, or a short capitalised abbreviation (trec's ABBR, HUM,
+    NUM): a name that tells a generator little about the text it is to write."""
+    label = label.strip()
+    return (label.lstrip("-").isdigit() or len(label) <= 1
+            or (label.isalpha() and label.isupper() and len(label) <= 5))
 
 
 def print_plan(plan: RunPlan, console: Console) -> None:
