@@ -60,6 +60,10 @@ def test_refusals_questions_echoes_and_leftover_blanks_fail(reply):
     "I'm here to support you. How can I assist you today?",  # seen in trec pe runs
     "I'm sorry for the confusion. I'll help you craft a message or create something.",
     "I'm glad to hear that you're passionate about Roma and a LAD.",
+    # seen among dpga's operators' outputs (benchmarks/smollm_on_task.py --dpga)
+    "I'm ready to hear your feedback. What kind of feedback do you need from me?",
+    "No, no! I'm sorry, but I'm afraid that's not possible. I'm not sure I can help you "
+    "with that.",
 ])
 def test_an_assistant_talking_about_the_task_fails_behind_a_greeting_too(reply):
     assert clean_reply(reply) == FAILED

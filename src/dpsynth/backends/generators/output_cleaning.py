@@ -43,8 +43,8 @@ _OFF_TASK = re.compile(
     r"^\s*(?:(?:hello|hi|hey)(?: there)?[!,.]*\s+)?"
     r"(?:i'?m sorry,? (?:but )?(?:i|as an)\b|i am sorry,? (?:but )?i\b|sorry, (?:but )?i\b|"
     rf"(?:i can(?:no|')t|i cannot|i'?m unable to|i am unable to) {_ASSIST}|as an ai|"
-    rf"(?:i'?m (?:ready|here|happy|glad) to|i'?d (?:be happy|love) to|i would be happy to) "
-    rf"{_ASSIST}|"
+    r"i'?m (?:ready|here) to|"
+    rf"(?:i'?m (?:happy|glad) to|i'?d (?:be happy|love) to|i would be happy to) {_ASSIST}|"
     r"how (?:can|may) i (?:help|assist)|i'?m sorry for the confusion|"
     r"i'?m (?:glad|happy) to (?:hear|see) (?:that )?you|"
     rf"(?:what|which) [^?\n]{{0,80}}\b{_TASK}\b|"
@@ -58,6 +58,9 @@ _OFF_TASK = re.compile(
 _INNER_PREAMBLE = re.compile(r"^[^\n:]{0,120}\b(?:here(?:'s| is| are)|below is)\b[^\n:]{0,80}:\s*",
                              re.IGNORECASE)
 _ECHO = re.compile(r"reply with (?:the|only)|output only|the above (?:is|are) |"
+                   r"\b(?:can(?:no|')t|cannot|not sure i can) help you with\b|"
+                   r"\bhow (?:can|may) i (?:help|assist) you\b|"
+                   r"\bdo you have a specific (?:text|topic|question|request)\b|"
                    r"without (?:any other|a title)|rewritten version|original text|"
                    r"\bi (?:added|changed|kept|rewrote|replaced) (?:a few|some|the|a) "
                    r"(?:words?|sentences?|phrases?|text|details?)\b", re.IGNORECASE)
@@ -65,7 +68,7 @@ _QUOTES = (('"', '"'), ("“", "”"), ("'", "'"), ("«", "»"))
 MIN_WORDS = 3
 SHORTEST = 0.4
 """A reply under this share of its target length is a summary, not the text asked for."""
-VERSION = 5
+VERSION = 6
 """Part of the generator's identity (so of cache keys): bump it when a change to these rules
 changes what some reply becomes."""
 
