@@ -42,12 +42,7 @@ def test_the_text_is_kept_and_its_wrapping_removed(reply):
     "The original text was rephrased into 30 words with the same meaning.",
     "In this rewritten version, I added a few words to make the text more engaging.",
     "I'm going to give you a bad review. It's about people making bad movies.",
-])
-def test_refusals_questions_echoes_and_leftover_blanks_fail(reply):
-    assert clean_reply(reply) == FAILED
-
-
-@pytest.mark.parametrize("reply", [
+    # assistant talk behind a greeting, or after the first sentence
     "Hello! I'd be happy to help you write a review.",
     "Hi there! What topic would you like the article to be about?",
     "Hello! How can I help you today?",
@@ -65,7 +60,7 @@ def test_refusals_questions_echoes_and_leftover_blanks_fail(reply):
     "No, no! I'm sorry, but I'm afraid that's not possible. I'm not sure I can help you "
     "with that.",
 ])
-def test_an_assistant_talking_about_the_task_fails_behind_a_greeting_too(reply):
+def test_refusals_questions_echoes_and_leftover_blanks_fail(reply):
     assert clean_reply(reply) == FAILED
 
 
