@@ -173,9 +173,8 @@ class Private:
         cut = settings.get("max_length", DpTraining.max_length)
 
         def document(i: int, label: str | None, text: str) -> tuple[list[int], int]:
-            # cut to what training reads as each record is tokenised: every whole token list
-            # (up to data.max_chars a record, ~9x its text in memory) was kept until
-            # pad_batch, after the first release, a peak that followed the records' lengths
+            # cut to what training reads as it is tokenised: memory set by max_length, not by
+            # how long the private records are
             ids, start = lm.document(conditioning.label_name(label),
                                      conditioning.keywords[topics[i]] if topics is not None
                                      else (), text)
