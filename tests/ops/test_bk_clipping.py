@@ -185,6 +185,43 @@ def test_a_dp_step_is_adamw_on_the_noiseless_clipped_mean(mode, physical):
         assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), name
 
 
+@pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
+@pytest.mark.parametrize("physical", [None, 3])
+def test_a_record_whose_gradient_is_not_finite_adds_nothing_in_every_mode(mode, physical):
+    """A record that overflows (its per-sample gradient not finite) is left out of the step's
+    clipped sum, as a record of norm 0 would be, in every mode: the update is the one made
+    without it, finite, not NaN in every weight after a release."""
+    docs = documents([12, 5, 9, 3], seed=5)
+    mark = VOCAB - 1
+    docs[1][0] = mark  # the overflowing record, found by its first token in any chunk
+    assert all(d[0] != mark for i, d in enumerate(docs) if i != 1)
+    expected, _ = reference(model_(), [d for i, d in enumerate(docs) if i != 1], 2.0)
+    model, twin = model_(), model_()
+    config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
+                        learning_rate=1e-2, max_length=16, grad_sample_mode=mode,
+                        physical_batch_size=physical)
+
+    def overflow(module, inputs, output):
+        return torch.where((inputs[0][:, :1] == mark).unsqueeze(-1), torch.inf, output)
+
+    model.transformer.wte.register_forward_hook(overflow)
+    ids = pad_batch(docs * 2, 16, EOS)
+    loader = poisson_loader(
+        torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
+    step = dp_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
+                   torch.Generator())
+    step.step(*shifted_batch(ids[:4], torch.tensor([len(d) for d in docs])))
+    step.close()
+    optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    for name, p in twin.named_parameters():
+        p.grad = expected[name] / 4
+    optimizer.step()
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(),
+                            strict=True):
+        assert torch.isfinite(a).all(), name
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), name
+
+
 def test_unsupported_trainable_layers_are_refused():
     net = torch.nn.Sequential(torch.nn.Conv2d(1, 1, 3))
     with pytest.raises(TypeError, match="hooks"):

@@ -376,11 +376,32 @@ class _Opacus:
         """One chunk's clipped per-sample sum, added into `summed_grad`; `then_step`: noise
         the sum of every chunk so far and update."""
         self.optimizer.signal_skip_step(do_skip=not then_step)
+        self._backward(inputs, targets, positions)
+        if self.config.grad_sample_mode == "hooks":
+            self._drop_rows(~_finite_rows([p.grad_sample for p in self.optimizer.params]))
+        else:
+            finite = torch.isfinite(self.model.per_sample_gradient_norms)
+            if not bool(finite.all()):  # ghost clipping sums inside backward: run it again
+                for p in self.optimizer.params:  # without the records that overflowed
+                    p.grad = torch.zeros_like(p)
+                if bool(finite.any()):
+                    self._backward(inputs[finite], targets[finite], positions[finite])
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    def _backward(self, inputs, targets, positions) -> None:
         # opacus' per-sample embedding norms need contiguous ids and explicit positions
         logits = self.model(input_ids=inputs, position_ids=positions).logits
         self.criterion(logits, targets).backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad()
+
+    def _drop_rows(self, rows: torch.Tensor) -> None:
+        """A record whose gradient is not finite adds nothing to the clipped sum, as a record
+        of norm 0 would (book-keeping clipping's rule): one overflow must not turn every
+        weight to NaN after a release."""
+        if bool(rows.any()):
+            for p in self.optimizer.params:
+                mask = rows.view(-1, *([1] * (p.grad_sample.dim() - 1)))
+                p.grad_sample = torch.where(mask, 0.0, p.grad_sample)
 
     def noise_only_step(self) -> None:
         """An empty Poisson batch still releases a noisy (all-noise) update, as the analysis
@@ -397,6 +418,15 @@ class _Opacus:
     def close(self) -> None:
         if hasattr(self.model, "_close"):
             self.model._close()
+
+
+def _finite_rows(per_sample: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Whether each record's per-sample gradient is finite in every parameter."""
+    finite = None
+    for g in per_sample:
+        rows = torch.isfinite(g.reshape(len(g), -1)).all(dim=1)
+        finite = rows if finite is None else finite & rows
+    return finite
 
 
 def _fresh_batch(loader: DataLoader, key: bytes, noise_generator: torch.Generator):
