@@ -160,6 +160,24 @@ def test_a_records_distribution_does_not_depend_on_its_companions():
                                                             batch))[at], alone)
 
 
+def test_a_batch_past_cached_rows_is_replayed_to_the_same_scores_bit_for_bit():
+    """A batch larger than its noisy count promised holds KV caches for `cached_rows` rows
+    only; its other chunks are replayed at every token and give the very same scores, so
+    memory is bounded whatever the noise drew, at no change to the release."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, texts = tiny_context_lm(), ticket_texts(20)[0][:10]
+    held = BatchScores(lm, _setup(), REQUEST, texts)
+    bounded = BatchScores(lm, _setup(cached_rows=3), REQUEST, texts)  # one chunk of 3 held
+    assert [type(c).__name__ for c in bounded._chunks] == ["_State"] + ["_Replay"] * 3
+    assert all(type(c).__name__ == "_State" for c in held._chunks)
+    drawn: list[int] = []
+    for _ in range(_setup().max_tokens):
+        (ids, u), (ids2, u2) = held.next_scores(drawn), bounded.next_scores(drawn)
+        assert np.array_equal(ids, ids2) and np.array_equal(u, u2)
+        drawn.append(int(ids[np.argmax(u)]))
+
+
 def test_one_record_more_moves_every_token_score_within_an_interval_of_2c_over_b():
     """Along one token path, the scores of D's batch and of D's batch plus one record differ,
     on every candidate, by amounts within one interval of width 2C/B (the charged range)."""

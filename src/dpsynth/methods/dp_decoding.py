@@ -82,6 +82,10 @@ class DpDecodingParams(BaseModel):
                                     "the context; longer records are cut")
     forward_batch: int = Field(16, ge=1, description="rows per forward pass (fixed shape: a "
                                "record's distribution must not depend on its companions)")
+    cached_rows: int = Field(256, ge=1, description="rows of one batch whose KV caches are "
+                             "held between tokens; a batch past them (its label's noisy count "
+                             "fell far under the true one) replays its other chunks at each "
+                             "token: the same scores, slower, within bounded memory")
     label_fraction: float = Field(0.05, gt=0, lt=1, description="budget share of a DP label "
                                   "histogram (one DP record count without labels) allocating "
                                   "texts to labels and sizing each label's batches to about B "
@@ -180,7 +184,7 @@ class DpDecoding(Recipe):
         requests, buckets = self._requests(ctx, state["label_counts"])
         p = self.params
         setup = DecodingSetup(p.batch_size, self.clip(ctx.plan), p.top_k, p.max_example_tokens,
-                              p.forward_batch, p.max_tokens)
+                              p.forward_batch, p.max_tokens, p.cached_rows)
         drawn = ctx.private.decode(ctx.plan.stage(DECODING), lm, setup, requests, buckets,
                                    ctx.seed, p.temperature)
         ended = sum(bool(ids) and ids[-1] == lm.eos_id for ids in drawn)

@@ -23,7 +23,10 @@ by that record. Every forward pass runs in a fixed shape (rows of one public len
 chunks of `forward_batch` rows padded with a public filler row), so a record's
 log-probabilities are a function of its own text, bit for bit, not of its companions.
 Private token ids, log-probabilities and the KV caches stay in this module's objects, which
-are dropped when the release returns.
+are dropped when the release returns. A batch holds about B records, more when its label's
+noisy count fell far under the true one; memory stays bounded whatever the noise drew: past
+`cached_rows` rows, a chunk keeps no KV cache and is replayed from its prompt at each token
+through the same fixed-shape passes, which costs time, never a stop after a release.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ class DecodingSetup:
     max_example_tokens: int
     forward_batch: int
     max_tokens: int
+    cached_rows: int = 256
+    """Rows of one batch whose KV caches are held between tokens; the chunks past them are
+    replayed from their prompt at every token (the same passes, so the same numbers, bit for
+    bit): a batch's size follows a noisy count, and its memory must not."""
 
 
 @dataclass(frozen=True)
@@ -120,24 +127,28 @@ class BatchScores:
                                                                   len(copies))
         public = lm.prompt(request.public_instruction)
         filler = public[-width:]  # the padding rows of a chunk: public, masked out of sums
-        self._public = _State(self._prefill([public], len(public)), 1)
-        self._chunks = []
+        self._public = _State(self._forward(*self._padded([public], len(public)), None), 1)
+        self._chunks: list[_State | _Replay] = []
         f = setup.forward_batch
+        cached = max(1, setup.cached_rows // f)  # chunks whose KV caches are held
         for start in range(0, len(rows), f):
             part = rows[start : start + f]
             real = len(part)
-            self._chunks.append(_State(self._prefill(part + [filler] * (f - real), width), real,
-                                       counts[start : start + f]))
+            padded = self._padded(part + [filler] * (f - real), width)
+            chunk = (_State(self._forward(*padded, None), real, counts[start : start + f])
+                     if len(self._chunks) < cached
+                     else _Replay(padded, real, counts[start : start + f]))
+            self._chunks.append(chunk)
         self._clip = int(np.floor(setup.clip / GRID))
 
-    def _prefill(self, rows: list[list[int]], width: int):
+    def _padded(self, rows: list[list[int]], width: int):
         torch = self._torch
         ids = torch.full((len(rows), width), self.lm.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for r, row in enumerate(rows):  # left padding: decoding continues the right edge
             ids[r, width - len(row):] = torch.tensor(row, dtype=torch.long)
             mask[r, width - len(row):] = 1
-        return self._forward(ids, mask, None)
+        return ids, mask
 
     def _forward(self, ids, mask, cache):
         torch = self._torch
@@ -148,24 +159,34 @@ class BatchScores:
         logp = torch.log_softmax(out.logits[:, -1].double(), dim=-1).numpy()
         return logp, mask, out.past_key_values
 
-    def _step(self, state: _State, token: int) -> None:
+    def _advance(self, value, token: int):
         torch = self._torch
-        _, mask, cache = state.value
+        _, mask, cache = value
         n = mask.shape[0]
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype)], dim=1)
-        state.value = self._forward(torch.full((n, 1), token, dtype=torch.long), mask, cache)
+        return self._forward(torch.full((n, 1), token, dtype=torch.long), mask, cache)
+
+    def _replayed(self, chunk: _Replay, drawn: list[int]) -> np.ndarray:
+        """A chunk's log-probabilities after `drawn`, by the passes a held cache would have
+        taken: its prompt's, then one per token."""
+        value = self._forward(*chunk.padded, None)
+        for token in drawn:
+            value = self._advance(value, token)
+        return value[0]
 
     def next_scores(self, drawn: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
         if drawn:
             if drawn[-1] == self._eos:
                 return None
             for state in (self._public, *self._chunks):
-                self._step(state, drawn[-1])
+                if isinstance(state, _State):
+                    state.value = self._advance(state.value, drawn[-1])
         public = self._public.value[0][0]
         candidates = top_k_plus(public, self.setup.top_k, self.setup.clip)
         total = np.zeros(candidates.size, dtype=np.int64)
         for state in self._chunks:
-            logp = state.value[0][: state.real, candidates]
+            logp = (state.value[0] if isinstance(state, _State)
+                    else self._replayed(state, drawn))[: state.real, candidates]
             # a NaN shift (a record whose forward overflowed) counts as no shift, and ±inf
             # as ±C: data-independent rules, before the clip
             diff = np.nan_to_num(logp - public[candidates], nan=0.0, posinf=self.setup.clip,
@@ -180,6 +201,13 @@ class _State:
         self.value, self.real = value, real
         # how many of the batch's records each of the `real` rows stands for
         self.copies = np.ones(real, dtype=np.int64) if copies is None else copies
+
+
+class _Replay:
+    """A chunk past `cached_rows`: its padded prompt rows only, no KV cache."""
+
+    def __init__(self, padded, real: int, copies: np.ndarray) -> None:
+        self.padded, self.real, self.copies = padded, real, copies
 
 
 def top_k_plus(public_logp: np.ndarray, k: int, clip: float) -> np.ndarray:
