@@ -156,33 +156,44 @@ def test_the_closing_end_of_text_is_a_target_and_padding_is_not():
     assert positions.tolist() == [[0, 1], [0, 1]]
 
 
+def one_dp_step(model, docs, mode, physical):
+    """One noiseless DP step (clip 2, AdamW) on `docs`, drawn from 8 records at rate 1/2:
+    opacus divides the clipped sum by 4."""
+    config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
+                        learning_rate=1e-2, max_length=16, grad_sample_mode=mode,
+                        physical_batch_size=physical)
+    ids = pad_batch(docs * 2, 16, EOS)
+    loader = poisson_loader(
+        torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
+    step = dp_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
+                   torch.Generator())
+    step.step(*shifted_batch(ids[: len(docs)], torch.tensor([len(d) for d in docs])))
+    step.close()
+
+
+def assert_adamw_on(model, clipped_sum):
+    """`model` is a fresh model after one AdamW step on `clipped_sum` / 4."""
+    twin = model_()
+    optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    for name, p in twin.named_parameters():
+        p.grad = clipped_sum[name] / 4
+    optimizer.step()
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(),
+                            strict=True):
+        assert torch.isfinite(a).all(), name
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), name
+
+
 @pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
 @pytest.mark.parametrize("physical", [None, 1, 3])  # the batch whole, or in chunks
 def test_a_dp_step_is_adamw_on_the_noiseless_clipped_mean(mode, physical):
     """In every mode, a batch taken in chunks makes the update the batch taken whole would."""
     docs = documents([12, 5, 9, 3], seed=5)
-    expected, _ = reference(model_(), docs, max_grad_norm=2.0)
-    model, twin = model_(), model_()
-    config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
-                        learning_rate=1e-2, max_length=16, grad_sample_mode=mode,
-                        physical_batch_size=physical)
-    ids = pad_batch(docs * 2, 16, EOS)  # 8 records at rate 1/2: opacus divides by 4
-    loader = poisson_loader(
-        torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
-    step = dp_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
-                   torch.Generator())
-    passes = []
+    model, passes = model_(), []
     model.transformer.wte.register_forward_hook(lambda m, i, o: passes.append(len(i[0])))
-    step.step(*shifted_batch(ids[:4], torch.tensor([len(d) for d in docs])))
-    step.close()
+    one_dp_step(model, docs, mode, physical)
     assert passes == {None: [4], 1: [1, 1, 1, 1], 3: [3, 1]}[physical]  # records per pass
-    optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
-    for name, p in twin.named_parameters():
-        p.grad = expected[name] / 4
-    optimizer.step()
-    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(),
-                            strict=True):
-        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), name
+    assert_adamw_on(model, reference(model_(), docs, max_grad_norm=2.0)[0])
 
 
 @pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
@@ -195,31 +206,15 @@ def test_a_record_whose_gradient_is_not_finite_adds_nothing_in_every_mode(mode, 
     mark = VOCAB - 1
     docs[1][0] = mark  # the overflowing record, found by its first token in any chunk
     assert all(d[0] != mark for i, d in enumerate(docs) if i != 1)
-    expected, _ = reference(model_(), [d for i, d in enumerate(docs) if i != 1], 2.0)
-    model, twin = model_(), model_()
-    config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
-                        learning_rate=1e-2, max_length=16, grad_sample_mode=mode,
-                        physical_batch_size=physical)
+    model = model_()
 
     def overflow(module, inputs, output):
         return torch.where((inputs[0][:, :1] == mark).unsqueeze(-1), torch.inf, output)
 
     model.transformer.wte.register_forward_hook(overflow)
-    ids = pad_batch(docs * 2, 16, EOS)
-    loader = poisson_loader(
-        torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
-    step = dp_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loader, config,
-                   torch.Generator())
-    step.step(*shifted_batch(ids[:4], torch.tensor([len(d) for d in docs])))
-    step.close()
-    optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
-    for name, p in twin.named_parameters():
-        p.grad = expected[name] / 4
-    optimizer.step()
-    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(),
-                            strict=True):
-        assert torch.isfinite(a).all(), name
-        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), name
+    one_dp_step(model, docs, mode, physical)
+    assert_adamw_on(model, reference(model_(), [d for i, d in enumerate(docs) if i != 1],
+                                     max_grad_norm=2.0)[0])
 
 
 def test_unsupported_trainable_layers_are_refused():
