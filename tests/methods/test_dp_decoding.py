@@ -160,15 +160,16 @@ def test_a_records_distribution_does_not_depend_on_its_companions():
                                                             batch))[at], alone)
 
 
-def test_a_batch_past_cached_rows_is_replayed_to_the_same_scores_bit_for_bit():
+@pytest.mark.parametrize("cached_rows", [1, 3])  # fewer than a chunk still holds one chunk
+def test_a_batch_past_cached_rows_is_replayed_to_the_same_scores_bit_for_bit(cached_rows):
     """A batch larger than its noisy count promised holds KV caches for `cached_rows` rows
     only; its other chunks are replayed at every token and give the very same scores, so
-    memory is bounded whatever the noise drew, at no change to the release."""
+    its KV memory is bounded whatever the noise drew, at no change to the release."""
     from tests.methods.fakes import tiny_context_lm
 
     lm, texts = tiny_context_lm(), ticket_texts(20)[0][:10]
     held = BatchScores(lm, _setup(), REQUEST, texts)
-    bounded = BatchScores(lm, _setup(cached_rows=3), REQUEST, texts)  # one chunk of 3 held
+    bounded = BatchScores(lm, _setup(cached_rows=cached_rows), REQUEST, texts)  # 1 chunk held
     assert [type(c).__name__ for c in bounded._chunks] == ["_State"] + ["_Replay"] * 3
     assert all(type(c).__name__ == "_State" for c in held._chunks)
     drawn: list[int] = []

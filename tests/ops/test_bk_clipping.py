@@ -12,6 +12,7 @@ from dpsynth.private.training.bk_clipping import BookKeepingClipper  # noqa: E40
 from dpsynth.private.training.dp_training import (  # noqa: E402
     IGNORE,
     DpTraining,
+    _finite_rows,
     SequenceLoss,
     dp_step,
     pad_batch,
@@ -197,7 +198,7 @@ def test_a_dp_step_is_adamw_on_the_noiseless_clipped_mean(mode, physical):
 
 
 @pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
-@pytest.mark.parametrize("physical", [None, 3])
+@pytest.mark.parametrize("physical", [None, 1, 3])  # 1: a chunk of nothing but the overflow
 def test_a_record_whose_gradient_is_not_finite_adds_nothing_in_every_mode(mode, physical):
     """A record that overflows (its per-sample gradient not finite) is left out of the step's
     clipped sum, as a record of norm 0 would be, in every mode: the update is the one made
@@ -215,6 +216,16 @@ def test_a_record_whose_gradient_is_not_finite_adds_nothing_in_every_mode(mode, 
     one_dp_step(model, docs, mode, physical)
     assert_adamw_on(model, reference(model_(), [d for i, d in enumerate(docs) if i != 1],
                                      max_grad_norm=2.0)[0])
+
+
+def test_a_record_is_not_finite_where_any_one_of_its_parameter_gradients_is_not():
+    ok = torch.ones(3, 2, 2)
+    late = torch.ones(3, 4)
+    late[2, 3] = torch.nan  # record 2, in the last parameter only
+    early = torch.ones(3, 5)
+    early[0, 0] = torch.inf  # record 0, in the first parameter only
+    assert _finite_rows([ok, late]).tolist() == [True, True, False]
+    assert _finite_rows([early, ok, late]).tolist() == [False, True, False]
 
 
 def test_unsupported_trainable_layers_are_refused():

@@ -24,9 +24,9 @@ chunks of `forward_batch` rows padded with a public filler row), so a record's
 log-probabilities are a function of its own text, bit for bit, not of its companions.
 Private token ids, log-probabilities and the KV caches stay in this module's objects, which
 are dropped when the release returns. A batch holds about B records, more when its label's
-noisy count fell far under the true one; memory stays bounded whatever the noise drew: past
-`cached_rows` rows, a chunk keeps no KV cache and is replayed from its prompt at each token
-through the same fixed-shape passes, which costs time, never a stop after a release.
+noisy count fell far under the true one; its KV caches stay bounded whatever the noise drew:
+past `cached_rows` rows, a chunk keeps no KV cache and is replayed from its prompt at each
+token through the same fixed-shape passes, which costs time instead of memory.
 """
 
 from __future__ import annotations
