@@ -54,6 +54,8 @@ def test_dp_lm_recipes_train_generate_and_account(tmp_path, tickets, tiny_lm, to
     assert ("label_histogram" in stages) == (recipe == "dpft")  # ctcl: (label, topic) cells
     assert 3.9 < privacy["spent"]["epsilon"] <= 4.0
     assert CANARY not in "\n".join(outputs.result.texts)
+    usage = json.loads((outputs.privacy.parent / "usage.json").read_text())["generator"]
+    assert usage["outputs"] == usage["outputs_generate"] >= 30  # the samples of its own LM
 
 
 def test_ctcl_conditions_pair_each_label_with_the_topics_of_its_cells():

@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from dpsynth.backends.base import Embedder, Generator
+from dpsynth.backends.generators.counting import CountingGenerator
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import ConfigError
@@ -70,6 +71,13 @@ class RunContext:
     def label_name(self, label: str | None) -> str | None:
         """The name a model is asked for `label` by (the label itself when none is declared)."""
         return None if label is None else self.label_names.get(label, label)
+
+    def counted(self, generator: Generator) -> Generator:
+        """A generator of the recipe's own (the LM ctcl and dpft train), its outputs counted
+        with the run generator's, so usage.json counts all the run asked of any model. A
+        context built without the run's counter (a test's) leaves it uncounted."""
+        run = self.generator
+        return run.counting(generator) if isinstance(run, CountingGenerator) else generator
 
     def embed_public(self, texts: list[str]) -> np.ndarray:
         """Embed public or synthetic texts, each distinct text once per run: elites carried

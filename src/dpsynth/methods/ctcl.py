@@ -186,9 +186,9 @@ class Ctcl(Recipe):
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
         temperature, top_p, guidance = self.params.sampling()
-        generator = with_label_names(  # conditioned on the names it was trained on
+        generator = ctx.counted(with_label_names(  # conditioned on the names it was trained on
             self._lm.generator(trained, temperature, top_p, ctx.seed, guidance),
-            ctx.label_names)
+            ctx.label_names))
         conditions = self._conditions(ctx, state)
         texts, asked = generate_distinct(generator.generate, conditions)
         labels = [conditions[i].label for i in asked]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 
 from dpsynth.backends.base import FAILED, Condition, Generator, WrappedGenerator
@@ -10,24 +11,32 @@ from dpsynth.backends.health import check_outputs
 
 log = logging.getLogger(__name__)
 
+OPERATIONS = ("generate", "rewrite", "fill", "crossover")
+
 
 class CountingGenerator(WrappedGenerator):
     """Forwards every operation to `inner` and counts requested and failed outputs."""
 
-    def __init__(self, inner: Generator) -> None:
+    def __init__(self, inner: Generator, counts: Counter[str] | None = None) -> None:
         super().__init__(inner)
-        self.outputs = {"generate": 0, "rewrite": 0, "fill": 0, "crossover": 0}
-        self.failed = 0
+        self.counts = Counter() if counts is None else counts
+        """Outputs per operation and `failed`: shared with the generators `counting` wraps."""
+
+    def counting(self, other: Generator) -> CountingGenerator:
+        """`other` counted into these same tallies: a recipe's own DP-trained LM (ctcl, dpft),
+        so that the run's usage counts every output it asked of any generator."""
+        return CountingGenerator(other, self.counts)
 
     def _count(self, op: str, results: list[str]) -> list[str]:
-        self.outputs[op] += len(results)
-        self.failed += sum(r == FAILED for r in results)
+        self.counts[op] += len(results)
+        self.counts["failed"] += sum(r == FAILED for r in results)
         check_outputs(self.inner, op, results)  # a remote backend that failed them all stops
         return results
 
     def usage(self) -> dict[str, float]:
-        return {**self.inner.usage(), **{f"outputs_{op}": n for op, n in self.outputs.items()},
-                "outputs": sum(self.outputs.values()), "outputs_failed": self.failed}
+        outputs = {f"outputs_{op}": self.counts[op] for op in OPERATIONS}
+        return {**self.inner.usage(), **outputs, "outputs": sum(outputs.values()),
+                "outputs_failed": self.counts["failed"]}
 
     def generate(self, conditions: Sequence[Condition]) -> list[str]:
         _announce("generate", conditions)
