@@ -12,8 +12,8 @@ from dpsynth.private.training.bk_clipping import BookKeepingClipper  # noqa: E40
 from dpsynth.private.training.dp_training import (  # noqa: E402
     IGNORE,
     DpTraining,
-    _finite_rows,
     SequenceLoss,
+    _finite_rows,
     dp_step,
     pad_batch,
     poisson_loader,
