@@ -496,3 +496,17 @@ def test_generations_ask_for_lengths_from_the_dp_length_histogram(tmp_path, tick
                   embedder=HashEmbedder(), generator=Asked())
     assert asked and all(n is None for n in asked)
     assert "length_histogram" not in json.loads(outputs.privacy.read_text())["breakdown"]
+
+
+def test_the_plan_notes_a_first_dpga_vote_that_would_keep_every_sample():
+    private = PrivateDataset([f"t{i}" for i in range(400)], labels=["ab"[i % 2] for i in
+                                                                     range(400)],
+                             label_names=["a", "b"])
+    notes = {}
+    for name, params in {"equal": {"n_output": 100, "n_init": 100},
+                         "default": {"n_output": 100},
+                         "votes": {"n_output": 100, "n_init": 100, "labels_from": "votes"}}.items():
+        recipe = Dpga.from_config(params)
+        notes[name] = recipe.plan_notes(private, recipe.budget_plan(private, 4.0, 1e-5))
+    assert "n_init 100 <= n_output 100" in notes["equal"][0]
+    assert notes["default"] == [] and notes["votes"] == []  # 5 × n_output; votes relabel

@@ -159,6 +159,14 @@ class Dpga(IterativeRecipe):
                 "rewrite": rounds * p.n_rewrite, "fill": rounds * p.n_fill,
                 "crossover": rounds * p.n_crossover}
 
+    def plan_notes(self, private: DataFacts, plan: BudgetPlan) -> list[str]:
+        p = self.resolved(private).params
+        if p.labels_from == "generation" and p.n_init <= p.n_output:
+            return [f"dpga: n_init {p.n_init} <= n_output {p.n_output}: the first vote keeps "
+                    "every initial sample as an elite, so its share of ε changes nothing; "
+                    "raise n_init (the paper: 5 × n_output) or set labels_from: votes"]
+        return []
+
     def iterations(self) -> int:
         return self.params.iterations
 
