@@ -132,6 +132,7 @@ def test_the_decoding_charge_is_dp_accountings_composition_of_its_tokens(eps_tok
 def _setup(**overrides) -> DecodingSetup:
     return DecodingSetup(**{"batch_size": 4, "clip": 0.7, "top_k": 20,
                             "max_example_tokens": 12, "forward_batch": 3, "max_tokens": 6,
+                            "cached_rows": 256,
                             **overrides})
 
 

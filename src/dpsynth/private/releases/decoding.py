@@ -61,7 +61,7 @@ class DecodingSetup:
     max_example_tokens: int
     forward_batch: int
     max_tokens: int
-    cached_rows: int = 256
+    cached_rows: int
     """Rows of one batch whose KV caches are held between tokens; the chunks past them are
     replayed from their prompt at every token (the same passes, so the same numbers, bit for
     bit): a batch's size follows a noisy count, and its memory must not."""
