@@ -21,14 +21,17 @@ not a release).
     python benchmarks/dp_lm_gpu.py run --data-root DATA --topics T --out RUNS
         [--sets ag_news,trec,yelp] [--recipes ctcl,dpft] [--epsilons 1,4] [--seeds 0,1,2]
         [--steps 200] [--batch 128] [--n 500] [--lora-ranks 16] [--full-sets ag_news]
-        [--workers 4] [--deadline-s 0] [--tf32]
+        [--workers 4] [--deadline-s 0] [--tf32] [--label-names '{"trec": {"ABBR": ...}}']
 
 Cells run in `--workers` processes sharing the GPU (a LoRA step of one process leaves it
-mostly idle), recipe by recipe and seed by seed, so the cells a time limit leaves out are the
-last recipe's later seeds; no cell starts after `--deadline-s` (0: no limit).
+mostly idle), recipe by recipe and set by set in `--sets`' order, each set's seeds together,
+so the cells a time limit leaves out are the last recipe's last sets; no ε starts after
+`--deadline-s` (0: no limit).
 `--lora-ranks 16,0` adds full fine-tuning (rank 0, learning rate `--full-learning-rate`) on
 `--full-sets`, written under RUNS/rank0 (LoRA cells under RUNS/rank16). Without a GPU it runs
-on the CPU (slowly).
+on the CPU (slowly). `--label-names` gives a set's codes their public names
+(`data.label_names`, as utility.py's flag of that name): the recipes train and sample on the
+names and keep the codes in synthetic.csv.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
     import torch
 
     from dpsynth.backends.config import SmolLMConfig
+    from dpsynth.backends.generators.label_names import with_label_names
     from dpsynth.backends.smollm.engines import TorchEngine
     from dpsynth.backends.smollm.generator import SmolLMGenerator
     from dpsynth.backends.smollm.trainable import SmolLMTrainable
@@ -126,7 +130,8 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
                 else np.zeros(len(table), dtype=np.int32))
     keywords = model_topics.keywords if ctcl else [[]]
     lm = SmolLMTrainable(cell.lora_rank)
-    documents = [lm.document(names[y], keywords[t], text)
+    public = json.loads(args.label_names).get(cell.dataset, {})
+    documents = [lm.document(public.get(names[y], names[y]), keywords[t], text)
                  for text, y, t in zip(table.texts, label_of, topic_of, strict=True)]
     rate = args.learning_rate if cell.lora_rank else args.full_learning_rate
     params = {"steps": args.steps, "batch_size": args.batch, "lora_rank": cell.lora_rank,
@@ -168,9 +173,9 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
             model = model.merge_and_unload()
         engine = TorchEngine(model.to(device, torch.bfloat16), "torch-bfloat16", device)
         temperature, top_p, _ = recipe.params.sampling()
-        generator = SmolLMGenerator(lm.prompts, SmolLMConfig(
+        generator = with_label_names(SmolLMGenerator(lm.prompts, SmolLMConfig(
             temperature=temperature, top_p=top_p, seed=cell.seed, engine="torch-bfloat16",
-            batch_size=args.sample_batch), engine=engine)
+            batch_size=args.sample_batch), engine=engine), public or None)
         texts, asked = generate_distinct(generator.generate, conditions)
         wall = time.perf_counter() - began
         folder = (Path(args.out) / f"rank{cell.lora_rank}"
@@ -200,13 +205,13 @@ def _write_run(folder: Path, texts: list[str], labels: list[str], wall: float,
 
 
 def cells(args: argparse.Namespace) -> list[Cell]:
-    """Recipe by recipe, then seed by seed; full fine-tuning (rank 0) last, only on
-    `--full-sets`."""
+    """Recipe by recipe, then set by set (a set's seeds together, so a row fills before
+the next starts); full fine-tuning (rank 0) last, only on `--full-sets`."""
     ranks = [int(r) for r in args.lora_ranks.split(",")]
     full = set(args.full_sets.split(","))
     return [Cell(dataset, recipe, seed, rank)
             for rank in ranks for recipe in args.recipes.split(",")
-            for seed in args.seed_list for dataset in args.sets.split(",")
+            for dataset in args.sets.split(",") for seed in args.seed_list
             if rank or dataset in full]
 
 
@@ -249,10 +254,13 @@ def main() -> None:
     parser.add_argument("--full-learning-rate", type=float, default=5e-4)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--sample-batch", type=int, default=250)
-    parser.add_argument("--physical-batch", type=int, default=16, help="records per forward "
-                        "and backward pass (a worker's GPU memory follows it)")
+    parser.add_argument("--physical-batch", type=int, default=128, help="records per forward "
+                        "and backward pass (a worker's GPU memory follows it; on an H200, 16 "
+                        "a pass made a step 3.6x slower than 128)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--deadline-s", type=float, default=0)
+    parser.add_argument("--label-names", default="{}", help="JSON {set: {label: public "
+                        "name}} for sets whose labels are codes")
     parser.add_argument("--tf32", action="store_true", help="TF32 matrix products on a GPU "
                         "for the forward and backward passes (the clipping's norms and sums "
                         "stay in full float32)")

@@ -4,13 +4,14 @@ adapters and for the whole model but its tied embedding, on the CPU and on a GPU
 sees one.
 
     python benchmarks/smollm_dp_step.py [--batch 16] [--length 64] [--steps 3]
-        [--devices cpu,cuda] [--threads N]
+        [--devices cpu,cuda] [--threads N] [--physical-batches 16,64]
 
 The model is SmolLM2-135M-Instruct's configuration (Llama, 30 blocks, width 576, tied 49k
 vocabulary) with random weights, so no weights are needed; sequences are random ids of full
-length. The DP step is the whole of `dp_finetune` (Poisson batch, clipping, CPU-drawn keyed
-noise, AdamW, the ledger's charge); the non-private step is forward, backward and AdamW on
-the same batches. Each timing subtracts one warm-up step.
+length. `--physical-batches` times the DP step at each number of records per pass (the
+device's default when not given). The DP step is the whole of `dp_finetune` (Poisson
+batch, clipping, CPU-drawn keyed noise, AdamW, the ledger's charge); the non-private step
+is forward, backward and AdamW on the same batches. Each timing subtracts one warm-up step.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def dp_seconds(device: str, lora_rank: int, batch: int, length: int, steps: int) -> float:
+def dp_seconds(device: str, lora_rank: int, batch: int, length: int, steps: int,
+               physical: int | None = None) -> float:
     import torch
     from dp_accounting import dp_event
 
@@ -70,7 +72,7 @@ def dp_seconds(device: str, lora_rank: int, batch: int, length: int, steps: int)
         ledger = PrivacyLedger(1e9, 1e-5, discretization=0.1)
         config = DpTraining(steps=count, sampling_rate=1 / 8, noise_multiplier=1.0,
                             max_length=length, device=device, frozen=frozen(lora_rank),
-                            expected_batch_size=batch)
+                            expected_batch_size=batch, physical_batch_size=physical)
         keys = iter(i.to_bytes(16, "big") for i in range(count))
         sync(device)
         started = time.perf_counter()
@@ -112,6 +114,8 @@ def main() -> None:
     parser.add_argument("--devices", default="cpu,cuda")
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--physical-batches", default="", help="records per pass, comma-"
+                        "separated (default: the device's)")
     args = parser.parse_args()
 
     import torch
@@ -119,6 +123,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     devices = [d for d in args.devices.split(",") if d == "cpu" or torch.cuda.is_available()]
+    physicals = [int(b) for b in args.physical_batches.split(",") if b] or [None]
     print(f"SmolLM2-135M shape, random weights; batch {args.batch} x {args.length} tokens; "
           f"{torch.get_num_threads()} CPU threads; load {os.getloadavg()[0]:.1f}")
     for device in devices:
@@ -126,9 +131,11 @@ def main() -> None:
         for rank in (args.lora_rank, 0):
             what = f"LoRA r={rank}" if rank else "whole model but the tied embedding"
             plain = plain_seconds(device, rank, args.batch, args.length, args.steps)
-            dp = dp_seconds(device, rank, args.batch, args.length, args.steps)
-            print(f"{name}, {what}: non-private {plain:.3f} s/step, DP {dp:.3f} s/step, "
-                  f"DP / non-private = {dp / plain:.2f}x", flush=True)
+            for physical in physicals:
+                dp = dp_seconds(device, rank, args.batch, args.length, args.steps, physical)
+                print(f"{name}, {what}, {physical or 'default'} records a pass: non-private "
+                      f"{plain:.3f} s/step, DP {dp:.3f} s/step, DP / non-private = "
+                      f"{dp / plain:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -431,6 +431,33 @@ def test_a_worst_chunk_that_does_not_fit_is_a_config_error(monkeypatch, mode):
     assert all(p.requires_grad for p in model.parameters())  # the clipper let go
 
 
+def test_a_gpu_pass_takes_the_largest_chunk_that_fits_and_a_given_size_is_kept(monkeypatch):
+    from dpsynth.errors import ConfigError
+    from dpsynth.private.training.dp_training import GPU_CHUNKS, chunk_sizes, fitting_chunk
+
+    forward = SequenceLoss.forward
+
+    def bounded(self, logits, targets):  # a device that holds at most 32 records a pass
+        if logits.shape[0] > 32:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return forward(self, logits, targets)
+
+    monkeypatch.setattr(SequenceLoss, "forward", bounded)
+    built = []
+
+    def fresh():
+        built.append(tiny_model())
+        return built[-1]
+
+    assert fitting_chunk(fresh, PAD, (128, 64, 32, 16), max_length=8, device="cpu") == 32
+    assert len(built) == 3  # 128 and 64 did not fit, each on a model of its own
+    with pytest.raises(ConfigError, match="physical_batch_size: 48 records"):
+        fitting_chunk(fresh, PAD, (64, 48), max_length=8, device="cpu")
+    assert chunk_sizes(None, "cuda") == GPU_CHUNKS and GPU_CHUNKS[0] > GPU_CHUNKS[-1]
+    assert chunk_sizes(None, "cpu") == (8,)  # the CPU's memory kills rather than tells
+    assert chunk_sizes(24, "cuda") == (24,)
+
+
 @pytest.mark.parametrize("mode", ["bk", "hooks", "ghost"])
 def test_a_large_poisson_batch_is_taken_in_chunks_in_every_mode(mode):
     """The sampler may draw any number of records; no pass ever holds more than the config's

@@ -81,8 +81,9 @@ class LmTrainingParams(BaseModel):
         None, ge=1, description="records per forward and backward pass (every "
         "grad_sample_mode): each Poisson batch is taken in chunks of this many before its one "
         "noisy update, so memory follows this, not the batch the sampler drew (64 SmolLM2 records "
-        "of up to 128 tokens at once went past 24 GB on a CPU); default 8 on the CPU, 16 on a "
-        "GPU (about a quarter of that memory: raise it on a large GPU for speed)")
+        "of up to 128 tokens at once went past 24 GB on a CPU); default 8 on the CPU, and on a GPU "
+        "the largest of 128, 64, 32 and 16 whose longest pass fits, tried on pad tokens before "
+        "the first release")
     grad_sample_mode: Literal["bk", "hooks", "ghost"] = Field(
         "bk", description="per-example clipping: bk (book-keeping, one backward pass, the "
         "fastest), or opacus' hooks or ghost clipping; the same clipped sum")
@@ -171,7 +172,7 @@ class Ctcl(Recipe):
     def run(self, ctx: RunContext) -> SyntheticSet:
         plan = ctx.plan
         trained = ctx.checkpoints.folder / "model"
-        self._try_memory()
+        records_per_pass = self._records_per_pass()
         if ctx.resumed is None:
             state = {"cell_probs": self.condition_distribution(ctx, plan),
                      "topic_keywords": self._keyword_table(ctx), "trained_steps": 0}
@@ -182,7 +183,7 @@ class Ctcl(Recipe):
                 raise InputError(f"{ctx.checkpoints.folder}: started by an older dpsynth whose "
                                  "CTCL conditions differ; write to a new output folder")
         if state["trained_steps"] < self.params.steps:
-            self._train(ctx, plan, state)
+            self._train(ctx, plan, state, records_per_pass)
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
         temperature, top_p, guidance = self.params.sampling()
@@ -211,7 +212,8 @@ class Ctcl(Recipe):
         return ctx.private.condition_distribution(plan.stage(TOPIC_HISTOGRAM),
                                                   self.topic_model.centroids).tolist()
 
-    def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict) -> None:
+    def _train(self, ctx: RunContext, plan: BudgetPlan, state: dict,
+               records_per_pass: int) -> None:
         """DP-Adam on (condition → document) pairs, each record conditioned on its label's
         name and its nearest topic's keywords (found again on resume: private, never
         checkpointed), checkpointed every `checkpoint_every` steps and at the end; the trained
@@ -224,18 +226,19 @@ class Ctcl(Recipe):
             plan.stage(TRAINING), self._lm, conditioning, self._checkpoints(ctx, state),
             max_grad_norm=p.max_grad_norm, learning_rate=p.learning_rate,
             max_length=p.max_length, grad_sample_mode=p.grad_sample_mode,
-            physical_batch_size=p.physical_batch_size,
+            physical_batch_size=records_per_pass,
             frozen=(*self._lm.frozen, *p.frozen), device=self.device)
 
-    def _try_memory(self) -> None:
+    def _records_per_pass(self) -> int:
         """A DP step's largest pass, on public pad tokens, before any release of this run:
-        memory the machine cannot hold stops the run here (`try_worst_chunk`)."""
-        from dpsynth.private.training.dp_training import physical_chunk, try_worst_chunk
+        memory the machine cannot hold stops the run here. On a GPU without a
+        `physical_batch_size`, the largest size that fits (`fitting_chunk`)."""
+        from dpsynth.private.training.dp_training import chunk_sizes, fitting_chunk
 
         p = self.params
-        try_worst_chunk(self._lm.fresh_model(), self._lm.pad_id,
-                        physical_chunk(p.physical_batch_size, self.device), p.max_length,
-                        self.device, (*self._lm.frozen, *p.frozen), p.grad_sample_mode)
+        return fitting_chunk(self._lm.fresh_model, self._lm.pad_id,
+                             chunk_sizes(p.physical_batch_size, self.device), p.max_length,
+                             self.device, (*self._lm.frozen, *p.frozen), p.grad_sample_mode)
 
     def _checkpoints(self, ctx: RunContext, state: dict):
         from dpsynth.private.training.state import TrainingCheckpoints
