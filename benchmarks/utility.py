@@ -3,7 +3,8 @@
     python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
         [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
         [--generator offline|pool|pool:PATH [--pool-max-texts N] [--edit offline]]
-        [--tag NAME] [--keep-runs DIR] [--no-lower-bound] [--grid results/grid.csv]
+        [--tag NAME] [--keep-runs DIR] [--no-lower-bound] [--floor-labels train]
+        [--grid results/grid.csv]
 
 Every row is scored the same way: the same embedder (MiniLM), the same real test sample, the
 same downstream model (logistic regression on embeddings) and the same seeds. Rows:
@@ -11,7 +12,10 @@ same downstream model (logistic regression on embeddings) and the same seeds. Ro
 - real train (upper bound): n records of the private train split, a fresh sample per seed;
 - generator, no private data (lower bound): n texts from the offline generator conditioned on
   the public label names only (`--label-names` gives labels that are codes a name, as
-  `data.label_names` does in a run config; the recipes' runs get the same);
+  `data.label_names` does in a run config; the recipes' runs get the same), balanced across
+  labels; `--floor-labels train` gives its labels the train split's shares instead (an
+  oracle, not a private method: the floor at the label prior a recipe's output follows, the
+  like-for-like reference for macro-F1, which a balanced set favours);
 - each recipe at each ε: `dpsynth run` on a generated config (same generator, embedder and
   seed), reading `synthetic.csv` and the generator calls (usage.json) from the run folder;
   `calls_per_kept` is generator calls per synthetic record kept (dpga's paper spends 41).
@@ -55,6 +59,7 @@ from dpsynth.backends.generators.label_names import with_label_names
 from dpsynth.errors import DpsynthError
 from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text_table
 from dpsynth.evaluate.next_token import NextTokenConfig
+from dpsynth.methods.parts.toolbox import allocate
 from dpsynth.methods.registry import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +147,8 @@ class Grid:
         if recipe == "real":
             params: dict = {}
         elif recipe in GRID_ROWS.values():
-            params = _named(self.args)
+            params = _named(self.args) | ({"floor_labels": "train"}
+                                          if self.args.floor_labels == "train" else {})
         else:
             params = _params_for(recipe, self.args.recipe_params,
                                  self.args.n_synthetic) | _named(self.args)
@@ -261,14 +267,19 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) -> Produced:
-    """n texts conditioned on the (public) label names only, balanced across labels."""
+    """n texts conditioned on the (public) label names only, balanced across labels or, with
+    `--floor-labels train`, in the train split's label shares."""
     try:
         generator = build_generator(parse_generator({**_generator(args), "seed": seed}))
     except DpsynthError as exc:
         raise NotAvailable(str(exc)) from None
     generator = with_label_names(generator, json.loads(args.label_names) or None)
     labels = sorted(set(train.labels or []))
-    wanted = [labels[i % len(labels)] for i in range(n)]
+    if args.floor_labels == "train":
+        counts = [train.labels.count(label) for label in labels]
+        wanted = [str(y) for y in np.repeat(labels, allocate(n, np.array(counts), minimum=0))]
+    else:
+        wanted = [labels[i % len(labels)] for i in range(n)]
     texts = generator.generate([Condition(label=label) for label in wanted])
     kept = [i for i, text in enumerate(texts) if text.strip()]  # failed outputs are empty
     calls = generator.usage().get("calls", len(texts))
@@ -498,6 +509,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
     parser.add_argument("--next-token-steps", type=int, default=200)
     parser.add_argument("--no-mauve", action="store_true")
+    parser.add_argument("--floor-labels", choices=("balanced", "train"), default="balanced",
+                        help="the generator-only row's labels: balanced, or in the train "
+                        "split's shares (an oracle reference for macro-F1)")
     parser.add_argument("--no-lower-bound", action="store_true",
                         help="skip the generator-only row (when another table has it)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))

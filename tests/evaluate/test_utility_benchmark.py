@@ -292,3 +292,30 @@ def test_label_names_reach_the_generator_and_the_runs_and_key_their_cells(
     grid = pd.read_csv(grid_file, dtype=str, keep_default_na=False)
     assert list(grid["recipe"]).count("generator_only") == 2
     assert list(grid["recipe"]).count("real") == 1
+
+
+def test_the_floor_at_the_train_prior_follows_its_label_shares_and_is_a_cell_of_its_own(
+        bench, tmp_path, monkeypatch, hashing_embedder):
+    """`--floor-labels train`: the generator-only row's labels in the train split's shares
+    (the like-for-like macro-F1 reference for a recipe whose output follows them), keyed
+    apart from the balanced floor."""
+    _dataset(tmp_path)
+    train_csv = tmp_path / "tiny" / "train.csv"
+    frame = pd.read_csv(train_csv)
+    frame["label"] = ["sport"] * 45 + ["money"] * 15
+    frame.to_csv(train_csv, index=False)
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: LabelEcho())
+    argv = ["tiny", "--data-root", str(tmp_path), "--recipes", "", "--seeds", "0",
+            "--n-synthetic", "20", "--test-size", "30", "--no-mauve", "--out",
+            str(tmp_path / "out"), "--grid", str(tmp_path / "grid.csv")]
+    train = bench.read_text_table(train_csv)
+    prior = bench._lower_bound(train, 20, 0, bench._parse([*argv, "--floor-labels", "train"]))
+    balanced = bench._lower_bound(train, 20, 0, bench._parse(argv))
+    assert sorted(prior.table.labels).count("sport") == 15  # 3/4 of 20
+    assert sorted(balanced.table.labels).count("sport") == 10
+    bench.main([*argv, "--floor-labels", "train"])
+    bench.main(argv)
+    grid = pd.read_csv(tmp_path / "grid.csv", dtype=str, keep_default_na=False)
+    floors = sorted(grid[grid["recipe"] == "generator_only"]["params"])
+    assert floors == ["{\"floor_labels\": \"train\"}", "{}"]
