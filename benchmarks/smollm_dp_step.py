@@ -4,19 +4,22 @@ adapters and for the whole model but its tied embedding, on the CPU and on a GPU
 sees one.
 
     python benchmarks/smollm_dp_step.py [--batch 16] [--length 64] [--steps 3]
-        [--devices cpu,cuda] [--threads N] [--physical-batches 16,64]
+        [--devices cpu,cuda] [--threads N] [--physical-batches 16,64] [--stack-layers auto,off]
 
 The model is SmolLM2-135M-Instruct's configuration (Llama, 30 blocks, width 576, tied 49k
 vocabulary) with random weights, so no weights are needed; sequences are random ids of full
 length. `--physical-batches` times the DP step at each number of records per pass (the
-device's default when not given). The DP step is the whole of `dp_finetune` (Poisson
-batch, clipping, CPU-drawn keyed noise, AdamW, the ledger's charge); the non-private step
-is forward, backward and AdamW on the same batches. Each timing subtracts one warm-up step.
+device's default when not given), and `--stack-layers` with book-keeping clipping's
+same-shaped layers stacked (on), each alone (off) or the device's default (auto). The DP
+step is the whole of `dp_finetune` (Poisson batch, clipping, CPU-drawn keyed noise, AdamW,
+the ledger's charge); the non-private step is forward, backward and AdamW on the same
+batches. Each timing subtracts one warm-up step.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 
@@ -48,6 +51,9 @@ def frozen(lora_rank: int) -> tuple[str, ...]:
     return () if lora_rank else (TIED_EMBEDDING,)
 
 
+STACKING = {"auto": None, "on": True, "off": False}
+
+
 def sync(device: str) -> None:
     import torch
 
@@ -56,7 +62,7 @@ def sync(device: str) -> None:
 
 
 def dp_seconds(device: str, lora_rank: int, batch: int, length: int, steps: int,
-               physical: int | None = None) -> float:
+               physical: int | None = None, stack: bool | None = None) -> float:
     import torch
     from dp_accounting import dp_event
 
@@ -72,7 +78,8 @@ def dp_seconds(device: str, lora_rank: int, batch: int, length: int, steps: int,
         ledger = PrivacyLedger(1e9, 1e-5, discretization=0.1)
         config = DpTraining(steps=count, sampling_rate=1 / 8, noise_multiplier=1.0,
                             max_length=length, device=device, frozen=frozen(lora_rank),
-                            expected_batch_size=batch, physical_batch_size=physical)
+                            expected_batch_size=batch, physical_batch_size=physical,
+                            stack_layers=stack)
         keys = iter(i.to_bytes(16, "big") for i in range(count))
         sync(device)
         started = time.perf_counter()
@@ -116,6 +123,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--physical-batches", default="", help="records per pass, comma-"
                         "separated (default: the device's)")
+    parser.add_argument("--stack-layers", default="auto", help="comma-separated: auto, on, off")
     args = parser.parse_args()
 
     import torch
@@ -131,11 +139,12 @@ def main() -> None:
         for rank in (args.lora_rank, 0):
             what = f"LoRA r={rank}" if rank else "whole model but the tied embedding"
             plain = plain_seconds(device, rank, args.batch, args.length, args.steps)
-            for physical in physicals:
-                dp = dp_seconds(device, rank, args.batch, args.length, args.steps, physical)
-                print(f"{name}, {what}, {physical or 'default'} records a pass: non-private "
-                      f"{plain:.3f} s/step, DP {dp:.3f} s/step, DP / non-private = "
-                      f"{dp / plain:.2f}x", flush=True)
+            for physical, stack in itertools.product(physicals, args.stack_layers.split(",")):
+                dp = dp_seconds(device, rank, args.batch, args.length, args.steps, physical,
+                                STACKING[stack])
+                print(f"{name}, {what}, {physical or 'default'} records a pass, stacking "
+                      f"{stack}: non-private {plain:.3f} s/step, DP {dp:.3f} s/step, DP / "
+                      f"non-private = {dp / plain:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

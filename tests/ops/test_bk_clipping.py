@@ -66,8 +66,8 @@ def reference(model, docs, max_grad_norm):
     return total, torch.tensor(norms, dtype=torch.float64)
 
 
-def bk_clipped(model, docs, max_grad_norm, max_length=32):
-    clipper = BookKeepingClipper(model)
+def bk_clipped(model, docs, max_grad_norm, max_length=32, stack_layers=None):
+    clipper = BookKeepingClipper(model, stack_layers)
     batch = pad_batch(docs, max_length, EOS)
     lengths = torch.tensor([len(d) for d in docs])
     per_sample_loss(model, batch, lengths).sum().backward()
@@ -76,13 +76,15 @@ def bk_clipped(model, docs, max_grad_norm, max_length=32):
     return {name: p.grad for name, p in model.named_parameters()}, norms
 
 
+@pytest.mark.parametrize("stack_layers", [False, True])  # True: as on a GPU
 @pytest.mark.parametrize("n_embd", [4, 32])  # 4: per-sample gradients formed; 32: ghost norms
-def test_clipped_sum_matches_clipping_one_example_at_a_time(n_embd):
+def test_clipped_sum_matches_clipping_one_example_at_a_time(n_embd, stack_layers):
     docs = documents([12, 5, 9, 3, 12, 7])
     _, ref_norms = reference(model_(n_embd=n_embd), docs, max_grad_norm=1e9)
     clip = float(ref_norms.median())  # some samples clipped, some not
     expected, _ = reference(model_(n_embd=n_embd), docs, max_grad_norm=clip)
-    got, norms = bk_clipped(model_(n_embd=n_embd), docs, max_grad_norm=clip)
+    got, norms = bk_clipped(model_(n_embd=n_embd), docs, max_grad_norm=clip,
+                            stack_layers=stack_layers)
     assert torch.allclose(norms.double(), ref_norms, rtol=1e-10)
     for name, grad in expected.items():
         assert torch.allclose(got[name], grad, rtol=1e-9, atol=1e-12), name
@@ -266,20 +268,59 @@ def trained_grads(grads, model):
     return {name: grads[name] for name, p in model.named_parameters() if p.requires_grad}
 
 
+@pytest.mark.parametrize("stack_bytes", [None, 1 << 14])  # 16 KB: stacks taken in parts
+@pytest.mark.parametrize("stack_layers", [False, True])
 @pytest.mark.parametrize("lora_rank", [0, 4])  # 0: RMSNorm and all; 4: LoRA adapters only
-def test_clipped_sum_matches_clipping_one_example_at_a_time_on_llama(lora_rank):
+def test_clipped_sum_matches_clipping_one_example_at_a_time_on_llama(lora_rank, stack_layers,
+                                                                     stack_bytes, monkeypatch):
+    from dpsynth.private.training import bk_clipping
+
+    if stack_bytes:
+        monkeypatch.setattr(bk_clipping, "STACK_BYTES", stack_bytes)
     docs = documents([12, 5, 9, 3, 12, 7])
     _, ref_norms = reference(llama_(lora_rank=lora_rank), docs, max_grad_norm=1e9)
     clip = float(ref_norms.median())
     model = llama_(lora_rank=lora_rank)
     expected, _ = reference(llama_(lora_rank=lora_rank), docs, max_grad_norm=clip)
-    got, norms = bk_clipped(model, docs, max_grad_norm=clip)
+    got, norms = bk_clipped(model, docs, max_grad_norm=clip, stack_layers=stack_layers)
     assert torch.allclose(norms.double(), ref_norms, rtol=1e-9)
     trained = trained_grads(expected, model)
     assert any("norm" in name for name in trained) == (lora_rank == 0)
     assert all("lora_" in name for name in trained) == (lora_rank > 0)
     for name, grad in trained.items():
         assert torch.allclose(got[name], grad, rtol=1e-8, atol=1e-11), name
+
+
+@pytest.mark.parametrize("stack_bytes", [1 << 28, 1 << 14])
+def test_stacking_groups_same_shaped_linear_layers_up_to_its_byte_bound(stack_bytes,
+                                                                        monkeypatch):
+    """LoRA's adapters of one shape across blocks share a group (one product each for
+    norms and sums), never more than STACK_BYTES of inputs or of output gradients a group;
+    without stacking every layer is alone."""
+    from dpsynth.private.training import bk_clipping
+
+    monkeypatch.setattr(bk_clipping, "STACK_BYTES", stack_bytes)
+    docs = documents([12, 5, 9, 3])
+    sizes, largest = {}, 0
+    for stack in (False, True):
+        clipper = BookKeepingClipper(llama_(lora_rank=4), stack_layers=stack)
+        batch = pad_batch(docs, 32, EOS)
+        per_sample_loss(clipper.model, batch, torch.tensor([len(d) for d in docs])).sum(
+            ).backward()
+        groups = clipper._groups()
+        sizes[stack] = sorted(len(group) for group in groups)
+        for group in groups:
+            x, g = clipper._saved[group[0]]
+            if len(group) > 1:
+                largest = max(largest, len(group) * max(x.nbytes, g.nbytes))
+        clipper.clear()
+        clipper.detach()
+    assert sizes[False] == [1] * 28  # 2 blocks × 7 adapters × (A, B), each alone
+    assert sum(sizes[True]) == 28 and largest <= stack_bytes
+    if stack_bytes == 1 << 28:  # q, k, v, o, gate and up's A (16 → 4) in both blocks: 12
+        assert sizes[True] == [2, 4, 4, 6, 12]
+    else:
+        assert 2 <= max(sizes[True]) < 12
 
 
 def test_a_prompt_before_its_start_is_context_not_target():

@@ -54,7 +54,11 @@ class DpTraining:
     """Records per forward and backward pass, in every mode: a Poisson batch is taken in
     chunks of this many, their clipped sums added before the one noisy update (the same
     step), so memory is bounded by the config, never by how many records the sampler drew or
-    how long they are. None: 8 on the CPU, 16 on a GPU."""
+    how long they are. None: 8 on the CPU, 16 on a GPU (a recipe tries larger ones there:
+    `fitting_chunk`)."""
+    stack_layers: bool | None = None
+    """Book-keeping clipping's same-shaped linear layers in one product each
+    (`BookKeepingClipper`); None: on a GPU only. The same clipped sum either way."""
 
     def chunk(self) -> int:
         """`physical_batch_size`, or its default for the device."""
@@ -346,7 +350,7 @@ class _BookKeeping:
         self.expected_batch_size = expected_batch_size(loader, config)
         self.criterion = SequenceLoss()
         self.criterion.reduction = "sum"  # each sample's gradient is that of its own loss
-        self.clipper = BookKeepingClipper(model)
+        self.clipper = BookKeepingClipper(model, config.stack_layers)
 
     def step(self, inputs, targets, positions) -> None:
         """Every chunk's clipped sum adds into `.grad`, then one noisy update."""
