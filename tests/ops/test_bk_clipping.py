@@ -159,12 +159,12 @@ def test_the_closing_end_of_text_is_a_target_and_padding_is_not():
     assert positions.tolist() == [[0, 1], [0, 1]]
 
 
-def one_dp_step(model, docs, mode, physical):
+def one_dp_step(model, docs, mode, physical, stack_layers=None):
     """One noiseless DP step (clip 2, AdamW) on `docs`, drawn from 8 records at rate 1/2:
     opacus divides the clipped sum by 4."""
     config = DpTraining(steps=1, sampling_rate=0.5, noise_multiplier=0.0, max_grad_norm=2.0,
                         learning_rate=1e-2, max_length=16, grad_sample_mode=mode,
-                        physical_batch_size=physical)
+                        physical_batch_size=physical, stack_layers=stack_layers)
     ids = pad_batch(docs * 2, 16, EOS)
     loader = poisson_loader(
         torch.utils.data.TensorDataset(ids, torch.tensor([len(d) for d in docs * 2])), 0.5)
@@ -172,6 +172,7 @@ def one_dp_step(model, docs, mode, physical):
                    torch.Generator())
     step.step(*shifted_batch(ids[: len(docs)], torch.tensor([len(d) for d in docs])))
     step.close()
+    return step
 
 
 def assert_adamw_on(model, clipped_sum):
@@ -196,6 +197,15 @@ def test_a_dp_step_is_adamw_on_the_noiseless_clipped_mean(mode, physical):
     model.transformer.wte.register_forward_hook(lambda m, i, o: passes.append(len(i[0])))
     one_dp_step(model, docs, mode, physical)
     assert passes == {None: [4], 1: [1, 1, 1, 1], 3: [3, 1]}[physical]  # records per pass
+    assert_adamw_on(model, reference(model_(), docs, max_grad_norm=2.0)[0])
+
+
+def test_a_stacked_dp_step_is_the_same_update():
+    """DpTraining.stack_layers reaches the clipper (as on a GPU), and the update is the one
+    each layer alone makes."""
+    docs = documents([12, 5, 9, 3], seed=5)
+    model = model_()
+    assert one_dp_step(model, docs, "bk", 3, stack_layers=True).clipper.stack_layers is True
     assert_adamw_on(model, reference(model_(), docs, max_grad_norm=2.0)[0])
 
 
@@ -321,6 +331,75 @@ def test_stacking_groups_same_shaped_linear_layers_up_to_its_byte_bound(stack_by
         assert sizes[True] == [2, 4, 4, 6, 12]
     else:
         assert 2 <= max(sizes[True]) < 12
+
+
+class SequenceFirst(torch.nn.Module):
+    """Two linear layers of the same widths and sizes, `a` on (batch, T, d) and `b` on
+    (T, batch, d): stacked by sizes alone, `b`'s rows would be read as other samples."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(VOCAB, d).double()
+        self.a, self.b = torch.nn.Linear(d, d).double(), torch.nn.Linear(d, d).double()
+        self.head = torch.nn.Linear(d, 3).double()
+
+    def forward(self, ids):
+        h = torch.tanh(self.a(self.emb(ids)))
+        h = torch.tanh(self.b(h.transpose(0, 1))).transpose(0, 1)
+        return self.head(h).square().mean(dim=(1, 2))  # one loss per sample
+
+
+@pytest.mark.parametrize("stack_layers", [False, True])
+def test_a_layer_whose_input_is_not_batch_first_is_refused_stacked_or_not(stack_layers):
+    ids = torch.randint(1, VOCAB, (3, 5), generator=torch.Generator().manual_seed(2))
+    model = SequenceFirst()
+    clipper = BookKeepingClipper(model, stack_layers=stack_layers)
+    model(ids).sum().backward()
+    with pytest.raises(TypeError, match="batch-first"):
+        clipper.clipped_sum(1.0)
+
+
+@pytest.mark.parametrize("stack_layers", [False, True])
+def test_a_sample_that_is_not_finite_is_left_out_stacked_or_not(stack_layers):
+    docs = documents([12, 5, 9, 3], seed=4)
+    expected, _ = reference(model_(), [d for i, d in enumerate(docs) if i != 1], 1.0)
+    model = model_()
+
+    def overflow(module, inputs, output):
+        return torch.where(torch.arange(len(output)).view(-1, 1, 1) == 1, torch.inf, output)
+
+    model.transformer.h[0].ln_1.register_forward_hook(overflow)
+    got, norms = bk_clipped(model, docs, max_grad_norm=1.0, stack_layers=stack_layers)
+    assert not torch.isfinite(norms[1])
+    for name, grad in expected.items():
+        assert torch.allclose(got[name], grad, rtol=1e-9, atol=1e-12), name
+
+
+@pytest.mark.parametrize("frozen", [["transformer.h.0.attn.c_attn.bias"],
+                                    ["transformer.h.1.mlp.c_fc.weight"],
+                                    ["transformer.h.0.attn.c_attn.weight",
+                                     "transformer.h.1.attn.c_attn.bias"]])
+def test_stacking_keeps_apart_layers_frozen_differently(frozen):
+    """Same-shaped layers of two blocks, a weight or a bias frozen in one only: each group's
+    norms and sums take exactly its own trainable parameters."""
+    docs = documents([12, 5, 9, 3, 12, 7])
+
+    def build():
+        model = model_(n_embd=4)
+        for name, p in model.named_parameters():
+            p.requires_grad_(name not in frozen)
+        return model
+
+    _, ref_norms = reference(build(), docs, max_grad_norm=1e9)
+    clip = float(ref_norms.median())
+    expected, _ = reference(build(), docs, max_grad_norm=clip)
+    model = build()
+    got, norms = bk_clipped(model, docs, max_grad_norm=clip, stack_layers=True)
+    assert torch.allclose(norms.double(), ref_norms, rtol=1e-10)
+    for name, grad in expected.items():
+        assert torch.allclose(got[name], grad, rtol=1e-9, atol=1e-12), name
+    assert all(dict(model.named_parameters())[name].grad is None for name in frozen)
 
 
 def test_a_prompt_before_its_start_is_context_not_target():

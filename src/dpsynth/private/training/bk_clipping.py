@@ -27,7 +27,8 @@ alone: there the stacks' copies cost more than the calls they save (SmolLM2's DP
 at 8 × 16 tokens, where the calls dominate, stacking made a third of the calls and 1.3-1.8x
 less time).
 
-The result is exactly Σ_b clip(g_b) of per-sample clipping (flat, at `max_grad_norm`), up to
+Every layer's input must be batch-first (a layer that sees (T, B, d) is refused, stacked or
+not). The result is exactly Σ_b clip(g_b) of per-sample clipping (flat, at `max_grad_norm`), up to
 float rounding: the same sensitivity as opacus' hook mode, at little more than the cost of a
 non-private step. Per-sample gradients here are gradients of each sample's own loss, as
 opacus' are under a mean-reduced loss (the loss is summed over the batch here).
@@ -48,7 +49,8 @@ except ImportError:  # pragma: no cover - transformers is part of the `train` ex
 
 STACK_BYTES = 1 << 28
 """The most a stack of same-shaped layers' inputs (or output gradients) may take: a larger
-group is taken in parts, so stacking's extra memory stays bounded whatever the batch."""
+group is taken in parts, so stacking's extra memory stays a few times this (the two stacks,
+a scaled copy, the per-sample products) whatever the batch."""
 
 
 class BookKeepingClipper:
@@ -130,6 +132,10 @@ class BookKeepingClipper:
                    is None]
         if missing:
             raise RuntimeError(f"no gradient reached {missing}; run backward first")
+        batches = {slot[1].shape[0] for slot in self._saved.values()}
+        if len(batches) > 1:  # stacked, such a layer's rows would be read as other samples
+            raise TypeError("book-keeping clipping needs every layer's input batch-first "
+                            f"(leading sizes {sorted(batches)}); use grad_sample_mode hooks")
         groups = self._groups()
         sq = sum(self._norm2(group) for group in groups)
         norms = sq.clamp(min=0).sqrt()
@@ -143,9 +149,10 @@ class BookKeepingClipper:
         return norms
 
     def _groups(self) -> list[list[nn.Module]]:
-        """The layers in the groups their norms and sums are taken in: linear layers of one
-        shape together when stacking (at most `STACK_BYTES` of inputs or of output gradients
-        a group), every other layer alone."""
+        """The layers in the groups their norms and sums are taken in: when stacking, linear
+        layers whose inputs and output gradients have one shape, dtype and device together
+        (at most `STACK_BYTES` of inputs or of output gradients a group), every other layer
+        alone."""
         stack = self.stack_layers
         if stack is None:
             stack = any(slot[1].is_cuda for slot in self._saved.values())
@@ -153,8 +160,8 @@ class BookKeepingClipper:
         for module, _ in self.layers:
             x, g = self._saved[module]
             if stack and isinstance(module, nn.Linear | Conv1D):
-                key = (type(module), x.shape[-1], g.shape[-1], x.numel(), g.numel(), x.dtype,
-                       g.dtype, self._trains(module.weight),
+                key = (type(module), x.shape, g.shape, x.dtype, g.dtype, g.device,
+                       self._trains(module.weight),
                        self._trains(getattr(module, "bias", None)))
             else:
                 key = (id(module),)

@@ -94,16 +94,23 @@ def fitting_chunk(fresh_model: Callable[[], nn.Module], pad_id: int, sizes: Sequ
     fresh model), tried before the first release: on public pad tokens, so the size depends
     on the machine and never on the data. None fitting is the smallest one's ConfigError."""
     for size in sizes[:-1]:
-        try:
-            try_worst_chunk(fresh_model(), pad_id, size, max_length, device, frozen,
-                            grad_sample_mode)
+        if _fits(fresh_model, pad_id, size, max_length, device, frozen, grad_sample_mode):
             return size
-        except ConfigError:
-            if torch.device(device).type == "cuda":
-                torch.cuda.empty_cache()
+        if torch.device(device).type == "cuda":  # the failed try's tensors are gone by now
+            torch.cuda.empty_cache()
     try_worst_chunk(fresh_model(), pad_id, sizes[-1], max_length, device, frozen,
                     grad_sample_mode)
     return sizes[-1]
+
+
+def _fits(fresh_model: Callable[[], nn.Module], pad_id: int, size: int, max_length: int,
+          device: str, frozen: Sequence[str], grad_sample_mode: str) -> bool:
+    try:
+        try_worst_chunk(fresh_model(), pad_id, size, max_length, device, frozen,
+                        grad_sample_mode)
+    except ConfigError:
+        return False
+    return True
 
 
 IGNORE = -100
@@ -228,12 +235,13 @@ def dp_finetune(model: nn.Module, sequences: Sequence[Sequence[int]], pad_id: in
 def try_worst_chunk(model: nn.Module, pad_id: int, chunk: int, max_length: int,
                     device: str, frozen: Sequence[str] = (),
                     grad_sample_mode: str = "bk") -> None:
-    """One forward and backward pass with per-sample clipping (`grad_sample_mode`'s) over
-    `chunk` sequences of `max_length` public pad tokens, every one a target: the most memory
-    a DP step's pass can take. Run before the first release, so a bound the machine cannot
-    hold stops the run there, and never on a batch of long records after one. Trains
-    nothing; `model` is spent. (Linux may kill the process instead of raising: before the
-    first release too.)"""
+    """A DP step over `chunk` sequences of `max_length` public pad tokens, every one a
+    target, then two more passes (per-sample clipping, `grad_sample_mode`'s): the last with
+    the optimizer's moments and the previous pass's summed gradient held, the most memory a
+    step's pass can take. Run before the first release, so a bound the machine cannot hold
+    stops the run there, and never on a batch of long records after one. At learning rate
+    0 it trains nothing; `model` is spent. (Linux may kill the process instead of raising:
+    before the first release too.)"""
     ids = torch.full((chunk, max_length), pad_id, dtype=torch.long)
     lengths = torch.full((chunk,), max_length)
     config = DpTraining(steps=1, sampling_rate=1.0, noise_multiplier=0.0,
@@ -241,11 +249,14 @@ def try_worst_chunk(model: nn.Module, pad_id: int, chunk: int, max_length: int,
                         frozen=tuple(frozen), device=device, expected_batch_size=chunk,
                         physical_batch_size=chunk)
     model.to(device).train()
-    optimizer = torch.optim.AdamW(_trainable(model, frozen))
+    optimizer = torch.optim.AdamW(_trainable(model, frozen), lr=0.0)
     trial = dp_step(model, optimizer, poisson_loader(TensorDataset(ids, lengths), 1.0),
                     config, torch.Generator())
+    batch = [t.to(device) for t in shifted_batch(ids, lengths)]
     try:
-        trial.accumulate(*(t.to(device) for t in shifted_batch(ids, lengths)))
+        trial.step(*batch)  # the optimizer's moments, as after a first step
+        trial.accumulate(*batch)
+        trial.accumulate(*batch)  # a later chunk's pass, the summed gradient held
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ConfigError(f"recipe.params.physical_batch_size: {chunk} records of max_length "
                           f"{max_length} tokens do not fit in memory on {device} "
