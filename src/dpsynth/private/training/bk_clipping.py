@@ -24,14 +24,14 @@ clipping is otherwise hundreds of small products, each its own kernel launch, an
 spent about 0.2 s a pass on them whatever the pass's size. On the CPU each layer is taken
 alone: there the stacks' copies cost more than the calls they save (SmolLM2's DP-LoRA pass of
 8 × 128 tokens, one thread: 7.9 and 9.8 s a step alone, 10.0 and 11.6 s stacked, at load 3;
-at 8 × 16 tokens, where the calls dominate, stacking made a third of the calls and 1.3-1.8x
-less time).
+at 8 × 16 tokens stacking made a third of the calls).
 
 Every layer's input must be batch-first (a layer that sees (T, B, d) is refused, stacked or
-not). The result is exactly Σ_b clip(g_b) of per-sample clipping (flat, at `max_grad_norm`), up to
-float rounding: the same sensitivity as opacus' hook mode, at little more than the cost of a
-non-private step. Per-sample gradients here are gradients of each sample's own loss, as
-opacus' are under a mean-reduced loss (the loss is summed over the batch here).
+not). The result is exactly Σ_b clip(g_b) of per-sample clipping (flat, at
+`max_grad_norm`), up to float rounding: the same sensitivity as opacus' hook mode, at little
+more than the cost of a non-private step. Per-sample gradients here are gradients of each
+sample's own loss, as opacus' are under a mean-reduced loss (the loss is summed over the
+batch here).
 """
 
 from __future__ import annotations
