@@ -62,10 +62,12 @@ def test_dp_decoding_prompts_its_lm_by_name_and_the_output_keeps_the_codes(
         outputs = run(coded_config(tmp_path, tickets, "dp_decoding"), embedder=HashEmbedder(),
                       generator=RecordingGenerator())
     sent = "\n".join(prompts)
-    assert "about billing" in sent and "about shipping" in sent
+    assert set(outputs.result.labels) <= set(CODES)
+    # every label the noisy histogram gave texts to (not always all four of 12 texts)
+    named = {CODES[code] for code in outputs.result.labels}
+    assert named and all(f"about {name}" in sent for name in named)
     for code in CODES:
         assert f"about {code}" not in sent
-    assert set(outputs.result.labels) <= set(CODES)
 
 
 def test_the_wrapper_names_every_operation():
