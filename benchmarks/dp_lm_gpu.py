@@ -206,7 +206,7 @@ def _write_run(folder: Path, texts: list[str], labels: list[str], wall: float,
 
 def cells(args: argparse.Namespace) -> list[Cell]:
     """Recipe by recipe, then set by set (a set's seeds together, so a row fills before
-the next starts); full fine-tuning (rank 0) last, only on `--full-sets`."""
+    the next starts); full fine-tuning (rank 0) last, only on `--full-sets`."""
     ranks = [int(r) for r in args.lora_ranks.split(",")]
     full = set(args.full_sets.split(","))
     return [Cell(dataset, recipe, seed, rank)

@@ -67,8 +67,9 @@ class DpTraining:
 
 GPU_CHUNKS = (128, 64, 32, 16)
 """Records per pass a recipe tries on a GPU, largest first: on an H200, a DP-LoRA step of 128
-SmolLM2 records took 0.555 s in one pass, 0.692 s in passes of 64 and 2.008 s in passes of 16
-(each pass costing about 0.2 s more, whatever its size)."""
+SmolLM2-shaped records of 128 tokens (random weights, float32; benchmarks/smollm_dp_step.py)
+took 0.555 s in one pass, 0.692 s in passes of 64 and 2.008 s in passes of 16 (each pass
+costing about 0.2 s more, whatever its size)."""
 
 
 def physical_chunk(physical_batch_size: int | None, device: str) -> int:
