@@ -98,7 +98,7 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
     import torch
 
     from dpsynth.backends.config import SmolLMConfig
-    from dpsynth.backends.generators.label_names import with_label_names
+    from dpsynth.backends.generators.label_names import with_public_names
     from dpsynth.backends.smollm.engines import TorchEngine
     from dpsynth.backends.smollm.generator import SmolLMGenerator
     from dpsynth.backends.smollm.trainable import SmolLMTrainable
@@ -173,7 +173,7 @@ def run_cell(cell: Cell, args: argparse.Namespace, deadline: float) -> list[str]
             model = model.merge_and_unload()
         engine = TorchEngine(model.to(device, torch.bfloat16), "torch-bfloat16", device)
         temperature, top_p, _ = recipe.params.sampling()
-        generator = with_label_names(SmolLMGenerator(lm.prompts, SmolLMConfig(
+        generator = with_public_names(SmolLMGenerator(lm.prompts, SmolLMConfig(
             temperature=temperature, top_p=top_p, seed=cell.seed, engine="torch-bfloat16",
             batch_size=args.sample_batch), engine=engine), public or None)
         texts, asked = generate_distinct(generator.generate, conditions)

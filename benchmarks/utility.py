@@ -3,6 +3,7 @@
     python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
         [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
         [--generator offline|pool|pool:PATH [--pool-max-texts N] [--edit offline]]
+        [--label-names JSON] [--document KIND]
         [--tag NAME] [--keep-runs DIR] [--no-lower-bound] [--floor-labels train]
         [--grid results/grid.csv]
 
@@ -55,7 +56,7 @@ import yaml
 from dpsynth.backends import Condition, build_embedder, build_generator
 from dpsynth.backends.base import Embedder
 from dpsynth.backends.config import parse_embedder, parse_generator
-from dpsynth.backends.generators.label_names import with_label_names
+from dpsynth.backends.generators.label_names import with_public_names
 from dpsynth.errors import DpsynthError
 from dpsynth.evaluate import EvalConfig, TextTable, evaluate_embedded, read_text_table
 from dpsynth.evaluate.next_token import NextTokenConfig
@@ -273,7 +274,8 @@ def _lower_bound(train: TextTable, n: int, seed: int, args: argparse.Namespace) 
         generator = build_generator(parse_generator({**_generator(args), "seed": seed}))
     except DpsynthError as exc:
         raise NotAvailable(str(exc)) from None
-    generator = with_label_names(generator, json.loads(args.label_names) or None)
+    generator = with_public_names(generator, json.loads(args.label_names) or None,
+                                  args.document)
     labels = sorted(set(train.labels or []))
     if args.floor_labels == "train":
         counts = [train.labels.count(label) for label in labels]
@@ -364,7 +366,7 @@ def _synthesize(config: dict, memo: Memo) -> None:
         dpsynth.synthesize(config["data"]["path"], label=config["data"]["label_column"],
                            labels=config["data"]["labels"],
                            data_options={k: v for k, v in config["data"].items()
-                                         if k == "label_names"},
+                                         if k in ("label_names", "document")},
                            epsilon=config["budget"]["epsilon"], recipe=config["recipe"]["name"],
                            params=config["recipe"]["params"],
                            generator=config["backends"]["generator"], embedder=memo,
@@ -376,9 +378,11 @@ def _synthesize(config: dict, memo: Memo) -> None:
 
 
 def _named(args: argparse.Namespace) -> dict:
-    """`data.label_names` where `--label-names` gives them (part of a grid cell's key)."""
+    """`data.label_names` and `data.document` where `--label-names` and `--document` give
+    them (part of a grid cell's key)."""
     names = json.loads(args.label_names)
-    return {"label_names": names} if names else {}
+    return ({"label_names": names} if names else {}) | (
+        {"document": args.document} if args.document else {})
 
 
 def _reported(run_dir: Path) -> dict[str, float]:
@@ -505,6 +509,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--label-names", default="{}", help="JSON {label: public name} for "
                         "labels that are codes (data.label_names): what the generator is asked "
                         "for, in every row")
+    parser.add_argument("--document", default=None, help="data.document: the kind of "
+                        "document the set holds (news article, question), asked for in every "
+                        "row")
     parser.add_argument("--classifier", choices=("logistic", "finetune"), default="logistic")
     parser.add_argument("--next-token", action="store_true", help="add next-token accuracy")
     parser.add_argument("--next-token-steps", type=int, default=200)

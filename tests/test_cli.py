@@ -122,6 +122,15 @@ def test_plan_says_when_labels_are_codes(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "are codes" not in shown
     assert "0 (everyday post), 1 (disaster report)" in shown
+    assert "text (data.document names the kind)" in shown
+
+
+def test_plan_shows_the_document_kind(tmp_path, capsys):
+    rows = ["text,label"] + [f"ticket {i},{'ab'[i % 2]}" for i in range(12)]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    main(["plan", str(write_config(tmp_path, tmp_path / "d.csv", labels=["a", "b"],
+                                   document="support ticket"))])
+    assert re.search(r"document\s*│?\s*support ticket", capsys.readouterr().out)
 
 
 def test_plan_warns_where_the_noise_drowns_kd_tutors_votes(tmp_path, capsys):

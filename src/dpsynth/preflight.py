@@ -159,6 +159,7 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     named = cfg.data.label_names or {}
     table.add_row("labels", ", ".join(f"{label} ({named[label]})" if label in named else label
                                       for label in ds.label_names) if ds.label_names else "none")
+    table.add_row("document", cfg.data.document or "text (data.document names the kind)")
     table.add_row("budget", f"ε = {cfg.budget.epsilon:g}, δ = {plan.delta:.3g}"
                   + ("" if cfg.budget.delta is not None else "  (δ = 1/(N·ln N))"))
     table.add_row("embedder", cfg.backends.embedder.name)

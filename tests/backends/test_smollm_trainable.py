@@ -97,6 +97,9 @@ def test_a_document_is_the_samplers_prompt_then_the_reply(smollm, monkeypatch, t
     assert ids[:start] == smollm.prompt_ids("Sports", ("match", "goal"))
     assert smollm._tokenizer.decode(ids[start:]) == "A late goal won it.<|im_end|>"
     assert ids[-1] == smollm.pad_id
+    kind_ids, kind_start = smollm.document("Sports", (), "A goal.", kind="news report")
+    assert "Write a short news report about Sports" in smollm._tokenizer.decode(
+        kind_ids[:kind_start])
     asked = []
 
     class Engine:

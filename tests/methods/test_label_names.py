@@ -1,11 +1,13 @@
 """`data.label_names`: labels that are codes are asked for by their public names, in every
-prompt and condition, while the synthetic set keeps the codes."""
+prompt and condition, while the synthetic set keeps the codes; `data.document`: every
+generator and every model a recipe prompts itself is asked for that kind of document."""
 
 import pandas as pd
 import pytest
 
 from dpsynth.backends.base import Condition
-from dpsynth.backends.generators.label_names import LabelNamedGenerator
+from dpsynth.backends.generators.label_names import NamedGenerator, with_public_names
+from dpsynth.backends.generators.prompt_sets import load_prompt_set
 from dpsynth.config import parse_config
 from dpsynth.errors import ConfigError
 from dpsynth.run import run
@@ -32,10 +34,11 @@ def coded_config(tmp_path, tickets, recipe, params=None, **data):
 def test_generators_are_asked_by_name_and_the_output_keeps_the_codes(tmp_path, tickets,
                                                                       recipe):
     generator = RecordingGenerator()
-    outputs = run(coded_config(tmp_path, tickets, recipe), embedder=HashEmbedder(),
-                  generator=generator)
+    outputs = run(coded_config(tmp_path, tickets, recipe, document="support ticket"),
+                  embedder=HashEmbedder(), generator=generator)
     sent = "\n".join(generator.inputs)
     assert "label='billing'" in sent and "label='shipping'" in sent
+    assert "text='support ticket'" in sent and "text=None" not in sent  # every condition
     for code in CODES:
         assert f"label='{code}'" not in sent
     synthetic = pd.read_csv(outputs.synthetic, dtype=str)
@@ -59,21 +62,22 @@ def test_dp_decoding_prompts_its_lm_by_name_and_the_output_keeps_the_codes(
 
     monkeypatch.setattr(decoding.BatchScores, "__init__", recording)
     with one_torch_thread():
-        outputs = run(coded_config(tmp_path, tickets, "dp_decoding"), embedder=HashEmbedder(),
-                      generator=RecordingGenerator())
+        outputs = run(coded_config(tmp_path, tickets, "dp_decoding", document="support ticket"),
+                      embedder=HashEmbedder(), generator=RecordingGenerator())
     sent = "\n".join(prompts)
     assert set(outputs.result.labels) <= set(CODES)
     # every label the noisy histogram gave texts to (not always all four of 12 texts)
     named = {CODES[code] for code in outputs.result.labels}
-    assert named and all(f"about {name}" in sent for name in named)
+    assert named and all(f"short support ticket about {name}" in sent for name in named)
+    assert "short text" not in sent
     for code in CODES:
         assert f"about {code}" not in sent
 
 
 def test_the_wrapper_names_every_operation():
     generator = RecordingGenerator()
-    named = LabelNamedGenerator(generator, {"0": "billing"})
-    conditions = [Condition(label="0"), Condition(label="1"), Condition()]
+    named = NamedGenerator(generator, {"0": "billing"}, "support ticket")
+    conditions = [Condition(label="0"), Condition(label="1"), Condition(text="an email")]
     named.generate(conditions)
     named.rewrite(["a b", "c d", "e f"], conditions)
     named.fill(["a _", "_ b", "c _"], conditions)
@@ -81,6 +85,40 @@ def test_the_wrapper_names_every_operation():
     sent = "\n".join(generator.inputs)
     assert "label='0'" not in sent
     assert sent.count("label='billing'") == 4 and sent.count("label='1'") == 4
+    # the document kind fills a condition's text where it has none, never over one it has
+    assert sent.count("text='support ticket'") == 8 and sent.count("text='an email'") == 4
+
+
+def test_without_names_or_document_the_generator_is_not_wrapped():
+    generator = RecordingGenerator()
+    assert with_public_names(generator, None) is generator
+    assert with_public_names(generator, {}, None) is generator
+    assert isinstance(with_public_names(generator, None, "tweet"), NamedGenerator)
+
+
+def test_the_small_prompts_ask_for_the_document_kind():
+    small = load_prompt_set("small")
+    asked = Condition(label="Sports", length=40, text="news article")
+    assert small.generate(asked).user == (
+        "Write a short news article about Sports in about 40 words.")
+    assert small.rewrite("A b c.", asked, 0.5).user.startswith(
+        "Rewrite the news article below about Sports in about 40 words.")
+    assert small.crossover(["A b.", "C d."], asked).user.startswith(
+        "Write one new news article about Sports in about 40 words that mixes")
+    # unset, the prompt is the one every earlier run sent
+    assert small.generate(Condition(label="Sports", length=40)).user == (
+        "Write a short text about Sports in about 40 words.")
+    generic = load_prompt_set("generic")
+    assert "Kind of text: news article." in generic.generate(asked).user
+
+
+def test_the_document_kind_is_checked(tmp_path, tickets):
+    config = coded_config(tmp_path, tickets, "pe", document="  support\n ticket ")
+    assert config.data.document == "support ticket"
+    for bad, said in (("   ", "is empty"), ("x" * 81, "at most 80 characters")):
+        with pytest.raises(ConfigError) as caught:
+            coded_config(tmp_path, tickets, "pe", document=bad)
+        assert "run.yaml: data.document" in str(caught.value) and said in str(caught.value)
 
 
 def test_label_names_are_checked_against_the_declared_labels(tmp_path, tickets):
@@ -106,23 +144,24 @@ def test_dp_lm_recipes_train_and_sample_on_the_names(tmp_path, tickets, tiny_lm,
     pytest.importorskip("opacus")
     import dpsynth.methods.ctcl as ctcl
 
-    documents, conditions = [], []
+    documents, kinds, conditions = [], [], []
     real = ctcl.build_trainable_lm
 
     def recording_lm(model, lora_rank):
         lm = real(model, lora_rank)
         document, generator = lm.document, lm.generator
 
-        def record_document(label, keywords, text):
+        def record_document(label, keywords, text, kind=None):
             documents.append(label)
-            return document(label, keywords, text)
+            kinds.append(kind)
+            return document(label, keywords, text, kind)
 
         def record_generator(*args):
             inner = generator(*args)
             sample = inner.generate
 
             def generate(batch):
-                conditions.extend(c.label for c in batch)
+                conditions.extend((c.label, c.text) for c in batch)
                 return sample(batch)
 
             monkeypatch.setattr(inner, "generate", generate)
@@ -135,8 +174,10 @@ def test_dp_lm_recipes_train_and_sample_on_the_names(tmp_path, tickets, tiny_lm,
     monkeypatch.setattr(ctcl, "build_trainable_lm", recording_lm)
     params = {"n_output": 12, "model": str(tiny_lm), "steps": 2, "batch_size": 32,
               "max_length": 32}
-    outputs = run(coded_config(tmp_path, tickets, "dpft", params), embedder=HashEmbedder(),
-                  generator=RecordingGenerator())
+    outputs = run(coded_config(tmp_path, tickets, "dpft", params, document="support ticket"),
+                  embedder=HashEmbedder(), generator=RecordingGenerator())
     assert documents and set(documents) <= set(NAMES)
-    assert conditions and set(conditions) <= set(NAMES)
+    assert set(kinds) == {"support ticket"}  # trained on the kind it is then asked for
+    assert conditions and {label for label, _ in conditions} <= set(NAMES)
+    assert {kind for _, kind in conditions} == {"support ticket"}
     assert set(outputs.result.labels) <= set(CODES)

@@ -38,6 +38,10 @@ class DataConfig(BaseModel):
         "1: positive review}: a generator is asked for a text of a label by this name (the "
         "output keeps the codes); keys are labels of data.labels",
     )
+    document: str | None = Field(
+        None, max_length=80, description="what one record is, in a few public words (news "
+        "article, question, tweet, restaurant review): every generator prompt asks for one, "
+        "and ctcl, dpft and dp_decoding condition on it; unset, they ask for a 'text'")
     user_column: str | None = Field(
         None, description="with a user column the unit of privacy is the user, not the record"
     )
@@ -118,6 +122,17 @@ class DataConfig(BaseModel):
                                  f"for as '{name}'; give each label its own name")
             seen[name] = label
         return names
+
+    @field_validator("document")
+    @classmethod
+    def _a_document_kind(cls, document: str | None) -> str | None:
+        """One line of words: it is spliced into every prompt (config, public: safe to quote)."""
+        if document is None:
+            return None
+        document = " ".join(document.split())
+        if not document:
+            raise ValueError("is empty; leave it out to ask for a 'text'")
+        return document
 
     def label_name(self, label: str | None) -> str | None:
         """The name a generator is asked for `label` by: its `label_names` entry, else the

@@ -63,6 +63,11 @@ class RunContext:
     `generator` already asks by these names; a recipe that conditions a model of its own
     (ctcl, dpft) names its labels with `label_name`."""
 
+    document: str | None = None
+    """`data.document`: the kind of document the data holds. `generator` already asks for
+    it; a recipe that prompts a model of its own (ctcl, dpft, dp_decoding) asks itself.
+    """
+
     state_version: int = 1
     """The recipe's `state_version`, written into every checkpoint."""
 

@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.backends import Condition, build_trainable_lm
-from dpsynth.backends.generators.label_names import with_label_names
+from dpsynth.backends.generators.label_names import with_public_names
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import InputError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet
@@ -187,9 +187,9 @@ class Ctcl(Recipe):
             state = {**state, "trained_steps": self.params.steps}
         self._export(ctx, trained)
         temperature, top_p, guidance = self.params.sampling()
-        generator = ctx.counted(with_label_names(  # conditioned on the names it was trained on
+        generator = ctx.counted(with_public_names(  # conditioned on the names it was trained on
             self._lm.generator(trained, temperature, top_p, ctx.seed, guidance),
-            ctx.label_names))
+            ctx.label_names, ctx.document))
         conditions = self._conditions(ctx, state)
         texts, asked = generate_distinct(generator.generate, conditions)
         labels = [conditions[i].label for i in asked]
@@ -221,7 +221,7 @@ class Ctcl(Recipe):
         p = self.params
         conditioning = Conditioning(ctx.label_names,
                                     self.topic_model.centroids if self.uses_topics else None,
-                                    state["topic_keywords"])
+                                    state["topic_keywords"], ctx.document)
         ctx.private.fine_tune(
             plan.stage(TRAINING), self._lm, conditioning, self._checkpoints(ctx, state),
             max_grad_norm=p.max_grad_norm, learning_rate=p.learning_rate,

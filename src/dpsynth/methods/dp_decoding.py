@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import unicodedata
 from typing import ClassVar
 
@@ -47,11 +48,13 @@ log = logging.getLogger(__name__)
 
 EXAMPLE = "{example}"
 SYSTEM = "You write short, realistic texts. You reply with the text only."
-PROMPT = ("Here is a short text about {label}:\n\n{example}\n\nWrite a new short text about "
-          "{label}.")
-PUBLIC_PROMPT = "Write a new short text about {label}."
+PROMPT = ("Here is a short {document} about {label}:\n\n{example}\n\nWrite a new short "
+          "{document} about {label}.")
+PUBLIC_PROMPT = "Write a new short {document} about {label}."
 UNLABELLED = "any topic"
 """What `{label}` reads in the prompts of unlabelled data."""
+UNDESCRIBED = "text"
+"""What `{document}` reads without `data.document`."""
 WEAK_CLIP = 0.5
 """Below this clip C, a batch moves a token's log-probability by at most ±0.5 in total: the
 texts say little more than the public prompt does."""
@@ -93,10 +96,10 @@ class DpDecodingParams(BaseModel):
     system: str = Field(SYSTEM, description="system message of both prompts (none when empty)")
     prompt: str = Field(PROMPT, description="instruction with a private record in context: "
                         "{example} is replaced by the record (exactly once), {label} by the "
-                        "label's name")
+                        "label's name, {document} by data.document ('text' when unset)")
     public_prompt: str = Field(PUBLIC_PROMPT, description="the same instruction without a "
                                "record: the public distribution each record's shift is "
-                               "clipped around; {label} as in prompt")
+                               "clipped around; {label} and {document} as in prompt")
 
     @field_validator("prompt")
     @classmethod
@@ -246,8 +249,9 @@ class DpDecoding(Recipe):
         out = []
         for group in label_groups(ctx.private):
             label = ctx.label_name(group) if group is not None else UNLABELLED
-            out.append((self.params.prompt.replace("{label}", label).replace(EXAMPLE, SLOT),
-                        self.params.public_prompt.replace("{label}", label)))
+            words = {"{label}": label, "{document}": ctx.document or UNDESCRIBED}
+            out.append((_fill(self.params.prompt, words).replace(EXAMPLE, SLOT),
+                        _fill(self.params.public_prompt, words)))
         return out
 
     def _output(self, ctx: RunContext, state: dict) -> SyntheticSet:
@@ -305,3 +309,9 @@ def _max_positions(model) -> int | None:
             return value
     return None
 
+
+
+def _fill(template: str, words: dict[str, str]) -> str:
+    """`template` with each placeholder of `words` replaced in one pass (a label name holding
+    `{document}` stays as written)."""
+    return re.sub("|".join(map(re.escape, words)), lambda m: words[m.group(0)], template)

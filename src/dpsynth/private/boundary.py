@@ -177,7 +177,7 @@ class Private:
             # how long the private records are
             ids, start = lm.document(conditioning.label_name(label),
                                      conditioning.keywords[topics[i]] if topics is not None
-                                     else (), text)
+                                     else (), text, kind=conditioning.document)
             return list(ids[:cut]), start
 
         documents = training_sequences(self._data, document)

@@ -1,5 +1,6 @@
 """The run's generator and embedder: the caller's, or built from `backends:`, wrapped to
-count their use and to ask by the public label names, and checked before any release."""
+count their use and to ask by the public label names and document kind, and checked before
+any release."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dpsynth.backends import Embedder, Generator, build_embedder, build_generato
 from dpsynth.backends.base import UnusedGenerator
 from dpsynth.backends.config import GeneratorConfig, SmolLMConfig
 from dpsynth.backends.generators.counting import CountingGenerator
-from dpsynth.backends.generators.label_names import with_label_names
+from dpsynth.backends.generators.label_names import with_public_names
 from dpsynth.backends.health import check_backends
 from dpsynth.config import RunConfig
 from dpsynth.methods.base import Recipe
@@ -25,7 +26,8 @@ def build_models(config: RunConfig, recipe: Recipe, seed: int, embedder: Embedde
     if generator is None:
         generator = (build_generator(_seeded(backends.generator, seed), base_dir=config.base_dir)
                      if recipe.uses_backend_generator else UnusedGenerator())
-    generator = CountingGenerator(with_label_names(generator, config.data.label_names))
+    generator = CountingGenerator(with_public_names(generator, config.data.label_names,
+                                                    config.data.document))
     if recipe.uses_backend_generator:
         check_backends(generator=generator)
     elif backends.generator != SmolLMConfig():

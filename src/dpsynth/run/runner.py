@@ -121,7 +121,8 @@ class Run:
                           build_engine(embedder, backends, config.base_dir))
         ctx = RunContext(private=private, embedder=embedder, generator=generator,
                          checkpoints=store, seed=seed, plan=run_plan.budget,
-                         label_names=config.data.label_names or {}, report=report,
+                         label_names=config.data.label_names or {},
+                         document=config.data.document, report=report,
                          resumed=resumed[:2] if resumed else None,
                          state_version=run_plan.recipe.state_version)
         with ray_session(backends.executor):

@@ -25,8 +25,10 @@ from dpsynth.errors import ConfigError
 OPERATIONS = ("generate", "rewrite", "fill", "crossover")
 CONDITION_FIELDS = ("label", "keywords", "instructions", "length")
 PLACEHOLDERS = frozenset(
-    {"condition", *CONDITION_FIELDS, "sample", "samples", "strength", "blank"}
+    {"condition", *CONDITION_FIELDS, "document", "sample", "samples", "strength", "blank"}
 )
+UNDESCRIBED = "text"
+"""What `{document}` reads when the condition names no kind of document (`data.document`)."""
 
 
 def builtin_prompt_sets() -> list[str]:
@@ -103,6 +105,7 @@ class PromptSet:
         phrased = [self.condition[key].format(**fields) for key in CONDITION_FIELDS
                    if key in self.condition and fields[key]]
         values = {**fields, "condition": self.condition_separator.join(phrased),
+                  "document": condition.text or UNDESCRIBED,
                   "blank": BLANK, "sample": "", "samples": "", "strength": "", **extra}
         template = self.operations[op]
         system = template.get("system")

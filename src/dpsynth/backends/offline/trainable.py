@@ -32,12 +32,12 @@ class TrainableLM:
         """End-of-text, which also pads the training batches."""
         return self._tokenizer.token_to_id(fmt.EOS)
 
-    def document(self, label: str | None, keywords: Sequence[str],
-                 text: str) -> tuple[list[int], int]:
-        """A training document and its first target token: the condition (label, up to
+    def document(self, label: str | None, keywords: Sequence[str], text: str,
+                 kind: str | None = None) -> tuple[list[int], int]:
+        """A training document and its first target token: the condition (kind, label, up to
         MAX_KEYWORDS keywords), then the text, in the format the generator conditions on;
         every token after the first is learnt (the conditions too, as the seed trains)."""
-        fields = fmt.Fields(label=label, keywords=tuple(keywords[:MAX_KEYWORDS]))
+        fields = fmt.Fields(kind=kind, label=label, keywords=tuple(keywords[:MAX_KEYWORDS]))
         return self._tokenizer.encode(fmt.document_sequence(fields, text)).ids, 1
 
     def fresh_model(self):

@@ -60,17 +60,19 @@ class SmolLMTrainable:
         """The end of turn, which closes every document and pads the batches."""
         return self._end_of_turn
 
-    def prompt_ids(self, label: str | None, keywords: Sequence[str]) -> list[int]:
+    def prompt_ids(self, label: str | None, keywords: Sequence[str],
+                   kind: str | None = None) -> list[int]:
         """The chat-template prompt the generator asks for this condition."""
-        prompt = self.prompts.generate(Condition(label=label, keywords=tuple(keywords)))
+        prompt = self.prompts.generate(Condition(label=label, keywords=tuple(keywords),
+                                                 text=kind))
         return list(self._tokenizer.apply_chat_template(
             prompt.messages(), tokenize=True, add_generation_prompt=True)["input_ids"])
 
-    def document(self, label: str | None, keywords: Sequence[str],
-                 text: str) -> tuple[list[int], int]:
+    def document(self, label: str | None, keywords: Sequence[str], text: str,
+                 kind: str | None = None) -> tuple[list[int], int]:
         """The prompt, then the text and the end of turn; the first target is the reply's
         first token."""
-        head = self.prompt_ids(label, keywords)
+        head = self.prompt_ids(label, keywords, kind)
         reply = self._tokenizer.encode(text.strip(), add_special_tokens=False)
         return [*head, *reply, self._end_of_turn], len(head)
 

@@ -13,7 +13,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Conditioning:
     """A record's document is `lm.document(name of its label, keywords of its nearest
-    topic, its text)`."""
+    topic, its text, the document kind)`."""
 
     label_names: Mapping[str, str] = field(default_factory=dict)
     """The name the LM is asked for each label by (the label itself when none is declared)."""
@@ -21,6 +21,8 @@ class Conditioning:
     """The public topic centroids a record's topic is the nearest of; None: no topics."""
     keywords: Sequence[Sequence[str]] = ()
     """Each topic's keywords, in the order of `centroids`."""
+    document: str | None = None
+    """The kind of document every prompt asks for (`data.document`); None: a text."""
 
     def label_name(self, label: str | None) -> str | None:
         return None if label is None else self.label_names.get(label, label)
