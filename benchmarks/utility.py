@@ -3,7 +3,7 @@
     python benchmarks/utility.py ag_news [--recipes dpga,pe] [--epsilons 1,2,4,inf]
         [--seeds 0,1,2] [--n-synthetic 2000] [--test-size 2000] [--next-token]
         [--generator offline|pool|pool:PATH [--pool-max-texts N] [--edit offline]]
-        [--label-names JSON] [--document KIND]
+        [--label-names JSON] [--document KIND] [--generator-options JSON]
         [--tag NAME] [--keep-runs DIR] [--no-lower-bound] [--floor-labels train]
         [--grid results/grid.csv]
 
@@ -297,7 +297,7 @@ def _generator(args: argparse.Namespace) -> dict:
         if args.edit:
             raise SystemExit("--edit applies to --generator pool only")
         cache = {"cache": args.generator_cache} if args.generator_cache else {}
-        return {"name": name} | _model(args) | cache
+        return {"name": name} | _model(args) | cache | json.loads(args.generator_options)
     pool: dict = {"name": "pool", "max_texts": args.pool_max_texts}
     if path:
         pool["path"] = str(Path(path).resolve())
@@ -378,11 +378,13 @@ def _synthesize(config: dict, memo: Memo) -> None:
 
 
 def _named(args: argparse.Namespace) -> dict:
-    """`data.label_names` and `data.document` where `--label-names` and `--document` give
-    them (part of a grid cell's key)."""
-    names = json.loads(args.label_names)
+    """What every row but the real one shares and a grid cell's key holds: `data.label_names`,
+    `data.document` and the generator's options, where `--label-names`, `--document` and
+    `--generator-options` give them."""
+    names, options = json.loads(args.label_names), json.loads(args.generator_options)
     return ({"label_names": names} if names else {}) | (
-        {"document": args.document} if args.document else {})
+        {"document": args.document} if args.document else {}) | (
+        {"generator_options": options} if options else {})
 
 
 def _reported(run_dir: Path) -> dict[str, float]:
@@ -503,6 +505,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "was retrieved (offline, hf, openai; --generator-model is its model)")
     parser.add_argument("--pool-max-texts", type=int, default=10_000)
     parser.add_argument("--generator-model", default=None, help="backends.generator.model")
+    parser.add_argument("--generator-options", default="{}", help="JSON of further "
+                        "backends.generator keys for every row (smollm: temperature, top_p)")
     parser.add_argument("--generator-cache", default=None, help="backends.generator.cache: "
                         "runs that ask the same generator the same things share its outputs "
                         "(pair settings that differ only after generation)")

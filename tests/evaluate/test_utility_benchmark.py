@@ -294,6 +294,39 @@ def test_label_names_reach_the_generator_and_the_runs_and_key_their_cells(
     assert list(grid["recipe"]).count("real") == 1
 
 
+def test_the_document_kind_and_generator_options_reach_every_row_and_key_their_cells(
+        bench, tmp_path, monkeypatch, hashing_embedder):
+    _dataset(tmp_path)
+    monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
+    asked = []
+
+    class Recording(LabelEcho):
+        def generate(self, conditions):
+            asked.extend(c.text for c in conditions)
+            return super().generate(conditions)
+
+    monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: Recording())
+    runs = []
+
+    def synthesize(config, memo):
+        runs.append(config)
+        raise bench.NotAvailable("recorded, not run")
+
+    monkeypatch.setattr(bench, "_synthesize", synthesize)
+    grid_file = tmp_path / "grid.csv"
+    argv = ["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1",
+            "--seeds", "0", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
+            "--in-process", "--out", str(tmp_path / "out"), "--grid", str(grid_file),
+            "--document", "match report", "--generator-options", '{"temperature": 0.9}']
+    bench.main(argv)
+    assert runs and runs[0]["data"]["document"] == "match report"
+    assert runs[0]["backends"]["generator"]["temperature"] == 0.9
+    assert asked and set(asked) == {"match report"}  # the floor asks for the kind too
+    floor = pd.read_csv(grid_file, dtype=str, keep_default_na=False)
+    key = json.loads(floor[floor["recipe"] == "generator_only"]["params"].iloc[0])
+    assert key == {"document": "match report", "generator_options": {"temperature": 0.9}}
+
+
 def test_the_floor_at_the_train_prior_follows_its_label_shares_and_is_a_cell_of_its_own(
         bench, tmp_path, monkeypatch, hashing_embedder):
     """`--floor-labels train`: the generator-only row's labels in the train split's shares
