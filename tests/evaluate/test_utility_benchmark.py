@@ -267,18 +267,10 @@ def test_label_names_reach_the_generator_and_the_runs_and_key_their_cells(
     _dataset(tmp_path)
     monkeypatch.setattr(bench, "build_embedder", lambda cfg: hashing_embedder)
     monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: LabelEcho())
-    runs = []
-
-    def synthesize(config, memo):
-        runs.append(config)
-        raise bench.NotAvailable("recorded, not run")
-
-    monkeypatch.setattr(bench, "_synthesize", synthesize)
+    runs = _recorded_runs(bench, monkeypatch)
     names = {"money": "a text about finance", "sport": "a text about a match"}
     grid_file = tmp_path / "grid.csv"
-    argv = ["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1",
-            "--seeds", "0", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
-            "--in-process", "--out", str(tmp_path / "out"), "--grid", str(grid_file)]
+    argv = _one_pe_cell(tmp_path, grid_file)
     bench.main([*argv, "--label-names", json.dumps(names)])
     assert runs and runs[0]["data"]["label_names"] == names
     produced = bench._lower_bound(bench.read_text_table(tmp_path / "tiny" / "train.csv"), 4,
@@ -306,18 +298,10 @@ def test_the_document_kind_and_generator_options_reach_every_row_and_key_their_c
             return super().generate(conditions)
 
     monkeypatch.setitem(factory.GENERATORS, "offline", lambda cfg: Recording())
-    runs = []
-
-    def synthesize(config, memo):
-        runs.append(config)
-        raise bench.NotAvailable("recorded, not run")
-
-    monkeypatch.setattr(bench, "_synthesize", synthesize)
+    runs = _recorded_runs(bench, monkeypatch)
     grid_file = tmp_path / "grid.csv"
-    argv = ["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1",
-            "--seeds", "0", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
-            "--in-process", "--out", str(tmp_path / "out"), "--grid", str(grid_file),
-            "--document", "match report", "--generator-options", '{"temperature": 0.9}']
+    argv = [*_one_pe_cell(tmp_path, grid_file), "--document", "match report",
+            "--generator-options", '{"temperature": 0.9}']
     bench.main(argv)
     assert runs and runs[0]["data"]["document"] == "match report"
     assert runs[0]["backends"]["generator"]["temperature"] == 0.9
@@ -352,3 +336,21 @@ def test_the_floor_at_the_train_prior_follows_its_label_shares_and_is_a_cell_of_
     grid = pd.read_csv(tmp_path / "grid.csv", dtype=str, keep_default_na=False)
     floors = sorted(grid[grid["recipe"] == "generator_only"]["params"])
     assert floors == ["{\"floor_labels\": \"train\"}", "{}"]
+
+
+def _recorded_runs(bench, monkeypatch) -> list[dict]:
+    """The run configs the benchmark makes, recorded instead of run."""
+    runs: list[dict] = []
+
+    def synthesize(config, memo):
+        runs.append(config)
+        raise bench.NotAvailable("recorded, not run")
+
+    monkeypatch.setattr(bench, "_synthesize", synthesize)
+    return runs
+
+
+def _one_pe_cell(tmp_path, grid_file) -> list[str]:
+    return ["tiny", "--data-root", str(tmp_path), "--recipes", "pe", "--epsilons", "1",
+            "--seeds", "0", "--n-synthetic", "20", "--test-size", "30", "--no-mauve",
+            "--in-process", "--out", str(tmp_path / "out"), "--grid", str(grid_file)]
