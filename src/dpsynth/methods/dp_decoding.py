@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpsynth.backends.generators.context_lm import SENTENCE_END, SLOT
+from dpsynth.backends.generators.prompt_sets import UNDESCRIBED
 from dpsynth.data.facts import DataFacts
 from dpsynth.errors import ConfigError
 from dpsynth.methods.base import Recipe, RunContext, SyntheticSet, label_groups
@@ -53,8 +54,6 @@ PROMPT = ("Here is a short {document} about {label}:\n\n{example}\n\nWrite a new
 PUBLIC_PROMPT = "Write a new short {document} about {label}."
 UNLABELLED = "any topic"
 """What `{label}` reads in the prompts of unlabelled data."""
-UNDESCRIBED = "text"
-"""What `{document}` reads without `data.document`."""
 WEAK_CLIP = 0.5
 """Below this clip C, a batch moves a token's log-probability by at most ±0.5 in total: the
 texts say little more than the public prompt does."""
