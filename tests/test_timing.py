@@ -9,6 +9,7 @@ from typing import ClassVar
 import pytest
 import yaml
 
+from dpsynth.backends.base import Condition
 from dpsynth.backends.config import SmolLMConfig
 from dpsynth.cli import main
 from dpsynth.timing import Throughput, describe, measure
@@ -39,7 +40,7 @@ def slow(monkeypatch):
 
 def test_the_rate_is_measured_on_one_batch_without_the_cache(slow, tmp_path):
     cfg = SmolLMConfig(cache=tmp_path / "gen.sqlite", batch_size=16)
-    rate = measure(cfg, None, "billing")
+    rate = measure(cfg, None, Condition(label="billing", length=30))
     assert rate.batch == 16 and rate.words == 30
     assert 0.02 <= rate.seconds_per_output < 0.06
     assert slow.built[0].cache is None  # a cache hit would time the disk, not the model
@@ -99,6 +100,18 @@ def test_the_timed_label_is_asked_by_its_declared_name(slow, tmp_path, capsys, m
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
     main(["plan", str(tmp_path / "run.yaml"), "--estimate-time"])
     assert {c.label for c in seen} == {"a question about an account"}
+
+
+def test_the_timed_condition_asks_for_the_kind_of_document(slow, tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(SlowGenerator, "generate",
+                        lambda self, conditions: seen.extend(conditions) or
+                        ["x"] * len(conditions))
+    raw = yaml.safe_load(Path(_config(tmp_path)).read_text())
+    raw["data"]["document"] = "support ticket"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    main(["plan", str(tmp_path / "run.yaml"), "--estimate-time"])
+    assert seen and {(c.label, c.text) for c in seen} == {("account", "support ticket")}
 
 
 def test_recipes_that_sample_their_own_lm_time_nothing(slow, tmp_path, capsys):

@@ -140,9 +140,8 @@ def _time_estimate(run_plan: RunPlan, measure: bool) -> None:
     elif isinstance(cfg.backends.generator, OpenAIChatConfig) and cfg.backends.generator.dry_run:
         out.print("time estimate: none, the generator is a dry run and sends nothing")
     elif total:
-        labels = run_plan.data.label_names  # the public label set, never a record
         rate = timing.measure(cfg.backends.generator, cfg.base_dir,
-                              cfg.data.label_name(labels[0]) if labels else None)
+                              timing.public_condition(cfg, run_plan.data.label_names))
         out.print(timing.describe(total, rate), soft_wrap=True)
 
 

@@ -62,14 +62,13 @@ def make_plan(config: RunConfig, frame: pd.DataFrame | None = None,
 
 
 def _measure(config: RunConfig, data: PrivateDataset) -> Callable[[], Rate]:
-    """Time the configured generator on the public label set's first name (no record)."""
+    """Time the configured generator on `timing.public_condition` (no record)."""
 
     def measure() -> Rate:
         from dpsynth import timing
 
-        labels = data.label_names
         rate = timing.measure(config.backends.generator, config.base_dir,
-                              config.data.label_name(labels[0]) if labels else None)
+                              timing.public_condition(config, data.label_names))
         return Rate(rate.seconds_per_output, rate.load_seconds, rate.words, rate.batch)
 
     return measure

@@ -2,7 +2,8 @@
 
 `dpsynth plan --estimate-time` builds the configured generator (without its cache, which
 would answer from disk), warms it up with one output, then times one batch of `generate`
-calls on public conditions (a label name from the public label set, nothing else). No
+calls on a public condition (the first name of the public label set and the config's
+`data.document`, nothing else). No
 private record is read and nothing is released. The estimate is that rate times the plan's
 generator outputs; it says what it leaves out.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from dpsynth.backends import build_generator
 from dpsynth.backends.base import Condition, Generator
 from dpsynth.backends.config import GeneratorConfig, OpenAIChatConfig
+from dpsynth.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -41,20 +43,24 @@ WORDS = 30
 generation time grows about linearly with length, and the estimate says what it assumed."""
 
 
-def measure(cfg: GeneratorConfig, base_dir: Path | None, label: str | None,
-            words: int = WORDS) -> Throughput:
-    """Time one batch of `generate` on `Condition(label=label, length=words)`; `label` must
-    be public (a name from the declared label set)."""
+def public_condition(config: RunConfig, labels: list[str], words: int = WORDS) -> Condition:
+    """What a run asks its generator for, from public facts only: the label set's first name
+    (as the prompts name it) and the kind of document."""
+    return Condition(label=config.data.label_name(labels[0]) if labels else None, length=words,
+                     text=config.data.document)
+
+
+def measure(cfg: GeneratorConfig, base_dir: Path | None, condition: Condition) -> Throughput:
+    """Time one batch of `generate` on `condition`, which must be public (`public_condition`)."""
     cfg = cfg.model_copy(update={"cache": None, "seed": cfg.seed if cfg.seed is not None else 0})
     started = time.perf_counter()
     generator = build_generator(cfg, base_dir=base_dir)
-    condition = Condition(label=label, length=words)
     generator.generate([condition])  # lazy loading and warm-up are not throughput
     load = time.perf_counter() - started
     n = batch_size(cfg, generator)
     started = time.perf_counter()
     generator.generate([condition] * n)
-    return Throughput((time.perf_counter() - started) / n, n, load, words)
+    return Throughput((time.perf_counter() - started) / n, n, load, condition.length)
 
 
 def describe(total_outputs: int, rate: Throughput) -> str:
