@@ -2,13 +2,17 @@
 the prompt set and output cleaning written for it (issue 41, part 3).
 
     python benchmarks/smollm_on_task.py [--n 50] [--seed 0] [--samples FILE] [--dpga]
+        [--temperature T] [--top-p P] [--documents]
 
 Before: the generic prompt set, the model's reply as it comes (stripped), as the hf backend
 returns it, at hf's default sampling (temperature 1, top-p 1); then the same at smollm's
 default sampling, to tell the two changes apart. After: the smollm generator as shipped
 (the small prompt set, cleaning, failed replies resampled within its bound, blanks filled by
 continuation). Inputs are public: ag_news' label names and IMDB test
-reviews (first sentences), the reviews' labels named "positive/negative movie review". An
+reviews (first sentences), the reviews' labels named "positive/negative movie review"; with
+`--documents` every condition also carries its kind of document, as a run with `data.document`
+sends it ("news article" for the topics, "movie review" for the reviews, whose labels then
+say only what the review thinks of the film). An
 output is on task when `on_task` says so; its rule was checked by reading the outputs
 written to --samples. `--dpga` asks the shipped generator only, with the inputs shaped as
 dpga's operators send them: fill blanks each word with probability DpgaParams.fill_mask_rate
@@ -30,6 +34,10 @@ PUBLIC = ROOT.parent / "shared" / "data" / "imdb" / "test.csv"
 TOPICS = ("World", "Sports", "Business", "Sci/Tech", "positive movie review",
           "negative movie review")
 REVIEW = {"neg": "negative movie review", "pos": "positive movie review"}
+DOCUMENT = {**dict.fromkeys(TOPICS[:4], "news article"),
+            **dict.fromkeys(REVIEW.values(), "movie review")}
+ABOUT = {"negative movie review": "a film the writer disliked",
+         "positive movie review": "a film the writer liked"}
 META = re.compile(
     r"<\|im_|\b(?:i'?m sorry|as an ai|i can(?:no|')t|here(?:'s| is| are)\b|i hope|let me know|"
     r"feel free|rewritten|the (?:above|original|following|given) text|fill(?:ed)? in|"
@@ -64,10 +72,16 @@ def on_task(op: str, output: str, source: str | list[str], target: int) -> bool:
     return len(shared) >= 0.2 * min(len(set(out)), 30)
 
 
-def inputs(n: int, rng: random.Random, mask_rate: float | None = None):
+def inputs(n: int, rng: random.Random, mask_rate: float | None = None,
+           documents: bool = False):
     import pandas as pd
 
     from dpsynth.backends.base import Condition
+
+    def condition(label: str, length: int) -> Condition:
+        if not documents:
+            return Condition(label=label, length=length)
+        return Condition(label=ABOUT.get(label, label), length=length, text=DOCUMENT[label])
 
     reviews = pd.read_csv(PUBLIC).sample(n=4 * n, random_state=0)
     snippets = []
@@ -77,9 +91,9 @@ def inputs(n: int, rng: random.Random, mask_rate: float | None = None):
         if 12 <= len(snippet.split()) <= 50:
             snippets.append((snippet, REVIEW[label]))
     snippets = snippets[:2 * n]
-    gen = [Condition(label=TOPICS[i % len(TOPICS)], length=(20, 40, 60)[i % 3])
+    gen = [condition(TOPICS[i % len(TOPICS)], length=(20, 40, 60)[i % 3])
            for i in range(n)]
-    rewrite = [(t, Condition(label=y, length=len(t.split()))) for t, y in snippets[:n]]
+    rewrite = [(t, condition(y, length=len(t.split()))) for t, y in snippets[:n]]
     fill = []
     masks = np.random.default_rng(0)
     for text, label in snippets[:n]:
@@ -92,9 +106,9 @@ def inputs(n: int, rng: random.Random, mask_rate: float | None = None):
             from dpsynth.methods.parts.toolbox import mask_words
 
             masked = mask_words(text, mask_rate, masks)
-        fill.append((masked, Condition(label=label, length=len(tokens))))
+        fill.append((masked, condition(label, length=len(tokens))))
     pairs = [(snippets[i][0], snippets[i + 1][0]) for i in range(0, 2 * n - 1, 2)]
-    cross = [([a, b], Condition(label=snippets[2 * i][1],
+    cross = [([a, b], condition(snippets[2 * i][1],
                                 length=(len(a.split()) + len(b.split())) // 2))
              for i, (a, b) in enumerate(pairs)]
     return gen, rewrite, fill, cross
@@ -131,6 +145,8 @@ def main() -> None:
     parser.add_argument("--samples", type=Path, default=None)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--documents", action="store_true", help="conditions carry their kind "
+                        "of document, as a run with data.document sends them")
     parser.add_argument("--dpga", action="store_true", help="the shipped generator only, on "
                         "inputs shaped as dpga's operators send them")
     args = parser.parse_args()
@@ -143,7 +159,7 @@ def main() -> None:
     from dpsynth.methods.dpga import DpgaParams
 
     data = inputs(args.n, random.Random(args.seed),
-                  DpgaParams().fill_mask_rate if args.dpga else None)
+                  DpgaParams().fill_mask_rate if args.dpga else None, args.documents)
     sampling = {"temperature": args.temperature, "top_p": args.top_p}
     cfg = SmolLMConfig(seed=args.seed, **{k: v for k, v in sampling.items() if v is not None})
     shipped = SmolLMGenerator(load_prompt_set(cfg.prompt_set()), cfg)
