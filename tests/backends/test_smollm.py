@@ -69,6 +69,38 @@ def test_identity_names_the_weights_and_changes_with_what_changes_outputs(smollm
     assert identity["backend"] == "smollm" and gguf_digest() in identity["model"]
     assert twin(smollm, temperature=0.5).identity() != identity
     assert twin(smollm, prompts="generic").identity() != identity
+    assert twin(smollm, generate_temperature=1.0).identity() != identity
+    # generate's own sampling equal to the edits' is the same generator, and keeps its caches
+    assert twin(smollm, generate_temperature=0.7, generate_top_p=0.9).identity() == identity
+
+
+class Sampling:
+    """An engine that records the (temperature, top_p) of each batch and answers "Fine text"."""
+
+    name = "sampling"
+
+    def __init__(self, tokenizer):
+        self.encode, self.seen = tokenizer.encode, []
+
+    def sample(self, prompts, max_new_tokens, temperature, top_p, seed):
+        self.seen.append((temperature, top_p))
+        return [self.encode("The home team won the cup final on Sunday.") for _ in prompts]
+
+
+def test_generate_samples_at_its_own_setting_and_the_edits_at_theirs(smollm):
+    cfg = config(temperature=0.7, top_p=0.9, generate_temperature=1.0, generate_top_p=1.0)
+    engine = Sampling(smollm.tokenizer)
+    generator = SmolLMGenerator(smollm.prompts, cfg, engine=engine)
+    generator.generate([SHORT])
+    assert engine.seen == [(1.0, 1.0)]
+    generator.rewrite(["The home team won the cup final on Sunday."], [SHORT])
+    generator.crossover([["The team won the cup.", "Fans cheered in the rain."]], [SHORT])
+    generator.fill(["The home team _ the cup final."], [SHORT])
+    assert set(engine.seen[1:]) == {(0.7, 0.9)} and len(engine.seen) >= 4
+    engine.seen.clear()
+    SmolLMGenerator(smollm.prompts, config(temperature=0.5, top_p=0.8),
+                    engine=engine).generate([SHORT])
+    assert engine.seen == [(0.5, 0.8)]  # unset, generate samples as the edits do
 
 
 def test_a_cached_rerun_asks_the_model_nothing(smollm, tmp_path, monkeypatch):

@@ -236,6 +236,12 @@ class SmolLMConfig(PromptedConfig):
         SMOLLM_SAMPLING[0], ge=0, description="sampling temperature (at 1.0 a 135M model "
         "drifts off task: docs/backends.md#smollm)")
     top_p: float = Field(SMOLLM_SAMPLING[1], gt=0, le=1, description="nucleus sampling's top-p")
+    generate_temperature: float | None = Field(
+        None, ge=0, description="temperature of `generate` alone, which writes from a condition "
+        "with no text to work on, so sampling is all that varies its outputs (default: "
+        "temperature)")
+    generate_top_p: float | None = Field(None, gt=0, le=1, description="top-p of `generate` "
+                                         "alone (default: top_p)")
     batch_size: int | None = Field(None, gt=0, description="prompts per forward batch "
                                    "(default 32)")
     engine: Literal["ct2-int8-smooth", "ct2-int8", "ct2-float32", "torch-float32",
@@ -249,6 +255,18 @@ class SmolLMConfig(PromptedConfig):
 
     def prompt_set(self) -> str:
         return self.prompts or "small"
+
+    @property
+    def edit_sampling(self) -> tuple[float, float]:
+        """(temperature, top_p) of rewrite, fill and crossover."""
+        return self.temperature, self.top_p
+
+    @property
+    def generate_sampling(self) -> tuple[float, float]:
+        """(temperature, top_p) of generate: its own where set."""
+        return (self.temperature if self.generate_temperature is None
+                else self.generate_temperature,
+                self.top_p if self.generate_top_p is None else self.generate_top_p)
 
 
 class OfflineConfig(SampledConfig):

@@ -73,11 +73,13 @@ class SmolLMGenerator(PromptedGenerator):
         return f"SmolLMGenerator(engine={self.engine.name!r})"
 
     def identity(self) -> dict[str, object]:
+        own = self.cfg.generate_sampling
+        generate = {"generate_sampling": own} if own != self.cfg.edit_sampling else {}
         return {"backend": "smollm", "model": f"SmolLM2-135M-Instruct:{weights.gguf_digest()}",
                 "engine": self.cfg.engine, "temperature": self.cfg.temperature,
                 "top_p": self.cfg.top_p, "max_tokens": self.cfg.max_tokens,
                 "seed": self.cfg.seed, "prompts": self.prompts.digest,
-                "cleaning": output_cleaning.VERSION}
+                "cleaning": output_cleaning.VERSION} | generate
 
     def usage(self) -> dict[str, float]:
         return {k: float(v) for k, v in self._counts.items()}
@@ -101,12 +103,19 @@ class SmolLMGenerator(PromptedGenerator):
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._batches = int(state["batches"])
 
-    def complete(self, prompts: Sequence[ChatPrompt]) -> list[str]:
+    def generate(self, conditions: Sequence[Condition]) -> list[str]:
+        return self.complete([self.prompts.generate(c) for c in conditions],
+                             self.cfg.generate_sampling)
+
+    def complete(self, prompts: Sequence[ChatPrompt],
+                 sampling: tuple[float, float] | None = None) -> list[str]:
+        """Cleaned replies; `sampling` (temperature, top_p) is the edits' unless given."""
+        sampling = sampling or self.cfg.edit_sampling
         out = [FAILED] * len(prompts)
         pending = list(range(len(prompts)))
-        tries = 1 + (RETRIES if self.cfg.temperature > 0 else 0)
+        tries = 1 + (RETRIES if sampling[0] > 0 else 0)
         for attempt in range(tries):
-            replies = self.replies([prompts[i] for i in pending])
+            replies = self.replies([prompts[i] for i in pending], sampling)
             for i, reply in zip(pending, replies, strict=True):
                 out[i] = clean_reply(reply, prompts[i].length, prompts[i].keeps)
             pending = [i for i in pending if out[i] == FAILED]
@@ -115,7 +124,8 @@ class SmolLMGenerator(PromptedGenerator):
             self._counts["resampled"] += len(pending)
         return out
 
-    def replies(self, prompts: Sequence[ChatPrompt]) -> list[str]:
+    def replies(self, prompts: Sequence[ChatPrompt],
+                sampling: tuple[float, float] | None = None) -> list[str]:
         """The model's raw reply to each prompt, before cleaning, in the order given."""
         ids = [self.tokenizer.apply_chat_template(p.messages(), tokenize=True,
                                                   add_generation_prompt=True)["input_ids"]
@@ -126,7 +136,7 @@ class SmolLMGenerator(PromptedGenerator):
         out = [""] * len(prompts)
         for batch in track(batches, "generating", total=len(batches), log_progress=True):
             texts = self._sample([ids[i] for i in batch],
-                                 max(self._budget(prompts[i]) for i in batch))
+                                 max(self._budget(prompts[i]) for i in batch), sampling)
             for i, text in zip(batch, texts, strict=True):
                 out[i] = text
         return out
@@ -177,11 +187,12 @@ class SmolLMGenerator(PromptedGenerator):
         words = prompt.length or UNSET_LENGTH_WORDS
         return min(self.cfg.max_tokens, math.ceil(TOKENS_PER_WORD * words) + 16)
 
-    def _sample(self, ids: list[list[int]], max_new_tokens: int) -> list[str]:
+    def _sample(self, ids: list[list[int]], max_new_tokens: int,
+                sampling: tuple[float, float] | None = None) -> list[str]:
         seed = (self._seed * 1_000_003 + self._batches) % 2**31
         self._batches += 1
-        rows = self.engine.sample(ids, max_new_tokens, self.cfg.temperature, self.cfg.top_p,
-                                  seed)
+        temperature, top_p = sampling or self.cfg.edit_sampling
+        rows = self.engine.sample(ids, max_new_tokens, temperature, top_p, seed)
         self._counts["calls"] += len(ids)
         self._counts["prompt_tokens"] += sum(len(i) for i in ids)
         self._counts["completion_tokens"] += sum(len(r) for r in rows)
