@@ -138,8 +138,8 @@ def test_files_read_as_public_are_neither_the_private_data_nor_the_held_out(tmp_
 
 def test_null_sampling_settings_are_each_backends_own_defaults():
     """`temperature: null` meant the backend's default before per-backend configs, and still
-    does: 0.7 / 0.9 for smollm, 1.0 / 1.0 for the offline LM."""
-    for name, expected in (("smollm", (0.7, 0.9)), ("offline", (1.0, 1.0))):
+    does: 1.0 / 1.0 for smollm and the offline LM alike (smollm's measured in backends.md)."""
+    for name, expected in (("smollm", (1.0, 1.0)), ("offline", (1.0, 1.0))):
         raw = {**BASE, "backends": {"generator": {"name": name, "temperature": None,
                                                   "top_p": None}}}
         generator = parse_config(raw).backends.generator
@@ -175,7 +175,8 @@ def test_a_key_of_another_backend_names_the_key_and_both_backends():
 def test_a_section_without_a_name_is_the_default_backends():
     backends = parse_config({**BASE, "backends": {"generator": {"seed": 3},
                                                   "embedder": {"batch_size": 8}}}).backends
-    assert (backends.generator.name, backends.generator.temperature) == ("smollm", 0.7)
+    generator = backends.generator
+    assert (generator.name, generator.seed, generator.prompt_set()) == ("smollm", 3, "small")
     assert (backends.embedder.name, backends.embedder.batch_size) == ("minilm", 8)
     edit = parse_config({**BASE, "backends": {"generator": {"name": "pool", "edit": "hf"}}}
                         ).backends.generator.edit

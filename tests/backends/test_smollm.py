@@ -69,9 +69,9 @@ def test_identity_names_the_weights_and_changes_with_what_changes_outputs(smollm
     assert identity["backend"] == "smollm" and gguf_digest() in identity["model"]
     assert twin(smollm, temperature=0.5).identity() != identity
     assert twin(smollm, prompts="generic").identity() != identity
-    assert twin(smollm, generate_temperature=1.0).identity() != identity
+    assert twin(smollm, generate_temperature=0.8).identity() != identity
     # generate's own sampling equal to the edits' is the same generator, and keeps its caches
-    assert twin(smollm, generate_temperature=0.7, generate_top_p=0.9).identity() == identity
+    assert twin(smollm, generate_temperature=1.0, generate_top_p=1.0).identity() == identity
 
 
 class Sampling:

@@ -159,10 +159,6 @@ EmbedderChoice = Annotated[MiniLMConfig | SentenceTransformersConfig | OpenAIEmb
 """An embedder section: the model of the backend it names (minilm when it names none)."""
 
 
-SMOLLM_SAMPLING = (0.7, 0.9)
-"""smollm's default temperature and top-p: on-task rates measured in docs/backends.md#smollm."""
-
-
 class GeneratorConfig(BaseModel):
     """What every generator section takes; each backend's own model (below) adds its keys."""
 
@@ -232,10 +228,6 @@ class SmolLMConfig(PromptedConfig):
     """SmolLM2-135M-Instruct on this machine."""
 
     name: Literal["smollm"] = Field("smollm", description=BACKEND_NAME)
-    temperature: float = Field(
-        SMOLLM_SAMPLING[0], ge=0, description="sampling temperature (at 1.0 a 135M model "
-        "drifts off task: docs/backends.md#smollm)")
-    top_p: float = Field(SMOLLM_SAMPLING[1], gt=0, le=1, description="nucleus sampling's top-p")
     generate_temperature: float | None = Field(
         None, ge=0, description="temperature of `generate` alone, which writes from a condition "
         "with no text to work on, so sampling is all that varies its outputs (default: "

@@ -96,8 +96,9 @@ class LmTrainingParams(BaseModel):
     checkpoint_every: int = Field(50, ge=1, description="training steps between checkpoints "
                                   "(weights and Adam moments; a killed run resumes there)")
     temperature: float | None = Field(None, ge=0, description="sampling temperature; "
-                                      "default: 0.7 for SmolLM2 (as the smollm generator), "
-                                      "1.0 for the offline LM")
+                                      "default: 0.7 for the fine-tuned SmolLM2 (not measured "
+                                      "against 1.0, the smollm generator's), 1.0 for the "
+                                      "offline LM")
     top_p: float | None = Field(None, gt=0, le=1, description="nucleus sampling mass; default: "
                                 "0.9 for SmolLM2, 0.95 for the offline LM")
     guidance: float | None = Field(None, ge=1, description="offline LM: classifier-free "
