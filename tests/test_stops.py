@@ -344,6 +344,24 @@ def test_a_stop_whose_interrupt_was_lost_still_stops_the_next_release(signum):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_an_interrupt_turned_into_another_error_is_still_the_stop():
+    """A signal that lands inside an import can leave as a RuntimeError (seen in a full-suite
+    run: the CLI then called it an internal error and exited 1); after a stop was asked for,
+    it leaves the run as the stop. Without one, an error stays an error."""
+    from dpsynth.stops import signals_stop_the_run
+
+    with pytest.raises(KeyboardInterrupt) as stopped, signals_stop_the_run():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("an import cut short") from exc
+    assert isinstance(stopped.value.__cause__, RuntimeError)
+    with pytest.raises(RuntimeError), signals_stop_the_run():
+        raise RuntimeError("a plain error")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_repeated_signal_does_not_cut_short_the_written_spend():
     """While a stopping run writes privacy.json a second Ctrl-C is held back (it would leave
     the file behind the journal); the stop stays asked for. Off the main thread the block

@@ -4,9 +4,11 @@ Kubernetes send) both raise KeyboardInterrupt where the main thread is.
 Python drops an exception raised inside some callbacks (a weakref callback run during an
 import prints "KeyboardInterrupt ignored in ..." and carries on), so the request is also
 remembered, and the ledger honours it before its next charge: once a stop is asked for,
-nothing more is released, even when the first KeyboardInterrupt was lost. While a stopping
-run writes down what it spent (`shielded`), a repeated signal is not raised: it would leave
-privacy.json behind the journal.
+nothing more is released, even when the first KeyboardInterrupt was lost. Some code turns a
+KeyboardInterrupt into another error (a module whose import it cut short raises a
+RuntimeError), so an error leaving the run after a stop was asked for is the stop, not a
+crash. While a stopping run writes down what it spent (`shielded`), a repeated signal is not
+raised: it would leave privacy.json behind the journal.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def signals_stop_the_run() -> Iterator[None]:
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+    except Exception as exc:
+        if _requested.is_set():
+            raise KeyboardInterrupt from exc
+        raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
