@@ -126,7 +126,9 @@ class SmolLMGenerator(PromptedGenerator):
 
     def replies(self, prompts: Sequence[ChatPrompt],
                 sampling: tuple[float, float] | None = None) -> list[str]:
-        """The model's raw reply to each prompt, before cleaning, in the order given."""
+        """The model's raw reply to each prompt, before cleaning, in the order given; sampled
+        at `sampling` (temperature, top_p), the edits' unless given."""
+        sampling = sampling or self.cfg.edit_sampling
         ids = [self.tokenizer.apply_chat_template(p.messages(), tokenize=True,
                                                   add_generation_prompt=True)["input_ids"]
                for p in prompts]
@@ -163,7 +165,8 @@ class SmolLMGenerator(PromptedGenerator):
                 batch = at_blank[start:start + self.batch_size]
                 ids = [self.tokenizer.encode(heads[i] + " ".join(done[i]) or "\n")
                        for i in batch]
-                for i, words in zip(batch, self._sample(ids, FILL_TOKENS), strict=True):
+                for i, words in zip(batch, self._sample(ids, FILL_TOKENS,
+                                                        self.cfg.edit_sampling), strict=True):
                     rest[i].pop(0)
                     word = _fill_words(words, after_word=bool(done[i]), last=not rest[i])
                     done[i] += word
@@ -188,11 +191,10 @@ class SmolLMGenerator(PromptedGenerator):
         return min(self.cfg.max_tokens, math.ceil(TOKENS_PER_WORD * words) + 16)
 
     def _sample(self, ids: list[list[int]], max_new_tokens: int,
-                sampling: tuple[float, float] | None = None) -> list[str]:
+                sampling: tuple[float, float]) -> list[str]:
         seed = (self._seed * 1_000_003 + self._batches) % 2**31
         self._batches += 1
-        temperature, top_p = sampling or self.cfg.edit_sampling
-        rows = self.engine.sample(ids, max_new_tokens, temperature, top_p, seed)
+        rows = self.engine.sample(ids, max_new_tokens, *sampling, seed)
         self._counts["calls"] += len(ids)
         self._counts["prompt_tokens"] += sum(len(i) for i in ids)
         self._counts["completion_tokens"] += sum(len(r) for r in rows)

@@ -110,7 +110,6 @@ class SmolLMTrainable:
         from dpsynth.backends.smollm.generator import SmolLMGenerator
 
         del guidance  # validated as 1 by the recipe's params
-        cfg = SmolLMConfig(temperature=temperature, top_p=top_p, generate_temperature=temperature,
-                           generate_top_p=top_p, seed=seed, engine="ct2-int8")
+        cfg = SmolLMConfig(temperature=temperature, top_p=top_p, seed=seed, engine="ct2-int8")
         engine = CT2Engine(folder, "int8", free_threads(), "ct2-int8")
         return SmolLMGenerator(self.prompts, cfg, engine=engine)
