@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from dpsynth.config import parse_config
+from dpsynth.errors import ConfigError
 from dpsynth.methods.parts.gaussian import GaussianModel, estimate
 from dpsynth.run import run
 from tests.methods.fakes import CANARY, HashEmbedder, RecordingGenerator, ticket_dataset
@@ -239,3 +240,13 @@ def test_the_plan_note_weighs_the_selection_noise_against_the_votes():
     assert recipe.plan_notes(private, high) == []
     fewer = Eda.from_config({"n_offspring": 300})  # 17 votes a candidate: the same ε will do
     assert fewer.plan_notes(private, fewer.budget_plan(private, 1.0, 1e-5)) == []
+
+
+def test_fewer_offspring_than_labels_is_refused_before_any_release(tmp_path, tickets,
+                                                                   decoder_dir):
+    """With n_offspring under the label count some label draws nothing once it has a
+    Gaussian, which would stop the run after its releases: refused up front."""
+    with pytest.raises(ConfigError, match="n_offspring: 3 .* 4 labels"):
+        run(make_config(tmp_path, tickets, decoder_dir, n_offspring=3),
+            embedder=HashEmbedder(INVERSION_DIM), generator=RecordingGenerator())
+    assert not (tmp_path / "out" / "checkpoints" / "releases.jsonl").exists()

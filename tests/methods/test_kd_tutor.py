@@ -3,8 +3,13 @@ vote agree with the clean one, duplicates never reach two partitions, a labelled
 like a binary one when a unit joins, and so does a sampled soft one (at the same key), whose
 mean is the soft sum and which ranks where hard votes cannot."""
 
+import functools
+import warnings
+
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
 
 from dpsynth.data import Access, PrivateDataset
 from dpsynth.methods.base import RunContext
@@ -23,6 +28,8 @@ from dpsynth.private.engine.teachers import (
     query_digests,
     soft_vote,
     teacher_votes,
+    train_classifier,
+    train_on_shares,
     train_teachers,
 )
 from dpsynth.private.releases.pate import label_within_budget, noisy_votes
@@ -403,3 +410,20 @@ def test_a_soft_vote_is_a_probability_vector_on_the_grid_whatever_the_classifier
     assert (votes >= 0).all() and (votes.sum(axis=1) == 1.0).all()
     assert (votes / SOFT_GRID == np.round(votes / SOFT_GRID)).all()
     assert votes[1].tolist() == [1.0, 0.0, 0.0]  # no probability at all: public
+
+
+def test_a_teacher_that_does_not_converge_writes_no_warning(monkeypatch):
+    """Whether a partition's fit converges depends on its private records: sklearn's
+    ConvergenceWarning would put that bit on stderr after the first release."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 16)) * 50
+    y = (x[:, 0] + rng.normal(size=200) > 0).astype(int)
+    one_step = functools.partial(LogisticRegression, max_iter=1)
+    with pytest.warns(ConvergenceWarning):  # what the teachers' fits must keep quiet
+        one_step().fit(x, y)
+    monkeypatch.setattr("dpsynth.private.engine.teachers.LogisticRegression",
+                        lambda **kw: one_step(**{**kw, "max_iter": 1}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert train_classifier(x, y, seed=0).n_iter_[0] == 1
+        assert train_on_shares(x, np.eye(2)[y], seed=0).n_iter_[0] == 1

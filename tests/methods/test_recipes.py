@@ -104,6 +104,26 @@ def test_dpga_selects_by_votes_alone_by_default(tmp_path, tickets):
         votes, np.ones((6, 2)), ["a", "a", "a", "b", "b", "b"], meta, None)
     assert (sorted(chosen), tau) == ([1, 2, 3, 4], None)
 
+def test_a_label_without_candidate_keywords_generates_without_any(tmp_path, tickets):
+    """An empty keyword list (given, or probes that held none) must not stop the run after
+    the keyword release: that label is generated without keywords."""
+    keywords = {"billing": ["invoice", "refund"], "shipping": [], "technical": ["wifi"],
+                "account": ["password"]}
+    asked = []
+
+    class Generating(RecordingGenerator):
+        def generate(self, conditions):
+            asked.extend(conditions)
+            return super().generate(conditions)
+
+    outputs = run(make_config(tmp_path, tickets, keywords=keywords), embedder=HashEmbedder(),
+                  generator=Generating())
+    assert len(pd.read_csv(outputs.synthetic)) == 12
+    shipping = [c for c in asked if c.label == "shipping"]
+    assert shipping and all(c.keywords == () for c in shipping)
+    assert any(c.keywords for c in asked if c.label == "billing")
+
+
 @RECIPES
 def test_no_private_text_reaches_the_generator(tmp_path, tickets, recipe):
     generator = RecordingGenerator()

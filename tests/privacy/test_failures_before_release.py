@@ -146,3 +146,26 @@ def test_an_embedding_past_float32s_range_is_zero_without_a_warning():
         warnings.simplefilter("error")  # a warning would say that some record did this
         embedded = PrivateDataset(["fine text", ODD]).embed(Huge(), allow_remote=True)
     assert embedded[0].any() and not embedded[1].any()
+
+
+def test_kd_tutor_on_ray_with_a_remote_embedder_is_refused_up_front(tmp_path):
+    """Ray's teacher shards embed the private records again after the first releases (in
+    other requests than the check before them), so a remote embedder is refused there from
+    the config; the same run on the local executor plans."""
+    from dpsynth.errors import ConfigError
+    from dpsynth.preflight import make_plan
+
+    pd.DataFrame({"text": [f"ticket {i}" for i in range(40)],
+                  "label": ["a", "b"] * 20}).to_csv(tmp_path / "private.csv", index=False)
+    raw = {"data": {"path": "private.csv", "label_column": "label", "labels": ["a", "b"]},
+           "budget": {"epsilon": 4.0}, "recipe": {"name": "kd_tutor"},
+           "output": {"dir": str(tmp_path / "out")},
+           "backends": {"embedder": {"name": "openai", "base_url": "http://127.0.0.1:9",
+                                     "allow_remote_on_private": True},
+                        "executor": {"name": "ray"}}}
+    with pytest.raises(ConfigError, match="executor: ray"):
+        make_plan(parse_config(raw, base_dir=tmp_path))
+    raw["backends"]["executor"] = {"name": "local"}
+    assert make_plan(parse_config(raw, base_dir=tmp_path)).recipe.name == "kd_tutor"
+    raw["backends"] = {"executor": {"name": "ray"}}  # the local MiniLM: nothing to refuse
+    assert make_plan(parse_config(raw, base_dir=tmp_path)).recipe.name == "kd_tutor"

@@ -241,7 +241,10 @@ class Dpga(IterativeRecipe):
     def _weigh_keywords(self, ctx: RunContext, plan: BudgetPlan,
                         keywords: dict[str, list[str]]
                         ) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
+        """The keyword histogram's DP weights per label. A label without candidates (given
+        none, or its probes held none) generates without keywords."""
         labels = ctx.private.label_names
+        keywords = {key: words for key, words in keywords.items() if words}
         flat = [(key, word) for key, words in keywords.items() for word in words]
         if not flat:
             return {}, {}

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpsynth.backends import Condition, build_inversion_decoder
 from dpsynth.data.facts import DataFacts
+from dpsynth.errors import ConfigError
 from dpsynth.methods.base import IterativeRecipe, RunContext, SyntheticSet, label_groups
 from dpsynth.methods.parts.decoding import DecodeSources, GeneratorDecoder
 from dpsynth.methods.parts.distinct import DRAW_TRIES, distinct
@@ -141,6 +142,18 @@ class Eda(IterativeRecipe):
             -(-private.n_units // RECORDS_PER_CANDIDATE),
             p.n_parents * len(label_groups(private)))
         return sizes
+
+    def validate(self, private: DataFacts) -> None:
+        """Also refuse an n_offspring that leaves a label no draws: its population would be
+        empty at the second iteration, after releases."""
+        super().validate(private)
+        labels = len(label_groups(private))
+        if self.resolved(private).params.n_offspring < labels:
+            raise ConfigError(
+                f"recipe.params.n_offspring: {self.params.n_offspring} is split over the "
+                f"{labels} labels, so some would draw no candidates; set it to at least "
+                f"{labels} (or leave it out: N / {RECORDS_PER_CANDIDATE}, at least "
+                f"n_parents a label)")
 
     def _allocated(self, private: DataFacts) -> bool:
         return bool(self.params.label_fraction) and private.has_labels

@@ -15,10 +15,12 @@ the vote counts come back, to be summed and released.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from dpsynth.data import Access, PrivateDataset
@@ -36,7 +38,7 @@ def train_classifier(x: np.ndarray, y: np.ndarray, seed: int) -> LogisticRegress
     """A classifier on embeddings, classes balanced: the public negatives outnumber a
     partition's private records."""
     model = LogisticRegression(max_iter=1000, class_weight="balanced", random_state=seed)
-    return model.fit(x, y)
+    return fit_quietly(model, x, y)
 
 
 def train_on_shares(x: np.ndarray, shares: np.ndarray, seed: int) -> LogisticRegression:
@@ -47,7 +49,17 @@ def train_on_shares(x: np.ndarray, shares: np.ndarray, seed: int) -> LogisticReg
     rows, classes = np.nonzero(shares)
     weights = shares[rows, classes] * len(x) / (np.count_nonzero(mass) * mass[classes])
     model = LogisticRegression(max_iter=1000, random_state=seed)
-    return model.fit(x[rows], classes, sample_weight=weights)
+    return fit_quietly(model, x[rows], classes, sample_weight=weights)
+
+
+def fit_quietly(model: LogisticRegression, x: np.ndarray, y: np.ndarray,
+                **fit: np.ndarray) -> LogisticRegression:
+    """`model.fit` without its ConvergenceWarning: whether a teacher's partition converges
+    depends on its private records, and the warning would write that bit to stderr (or a Ray
+    worker's log) after the first release, uncharged."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return model.fit(x, y, **fit)
 
 
 def teacher_partitions(private: PrivateDataset, n_teachers: int, key: bytes,
