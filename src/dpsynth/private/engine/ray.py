@@ -332,7 +332,9 @@ class RayEngine:
         """`pate.train_teachers` on the cluster: teacher m's partition goes whole to shard
         m mod `workers`, whose actor embeds it and fits teacher m; a shard without records
         starts no actor. `embedded` is not used: the embeddings are the workers' (the run's
-        voters, embedded before the first release, showed every record embeds)."""
+        voters, embedded before the first release, showed every record embeds with a local
+        embedder; a remote one, whose limits depend on a request's other texts, is refused
+        here up front: `preflight._refuse_ray_teachers_on_a_remote_embedder`)."""
         keep, parts, classes = teacher_partitions(private, n_teachers, key, labelled)
         texts = private.subset(keep).texts(Access.LOCAL_EMBEDDING)
         workers = self.executor.workers
