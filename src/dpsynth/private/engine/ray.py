@@ -334,7 +334,7 @@ class RayEngine:
         starts no actor. `embedded` is not used: the embeddings are the workers' (the run's
         voters, embedded before the first release, showed every record embeds with a local
         embedder; a remote one, whose limits depend on a request's other texts, is refused
-        here up front: `preflight._refuse_ray_teachers_on_a_remote_embedder`)."""
+        before the run starts: `preflight._refuse_ray_teachers_on_a_remote_embedder`)."""
         keep, parts, classes = teacher_partitions(private, n_teachers, key, labelled)
         texts = private.subset(keep).texts(Access.LOCAL_EMBEDDING)
         workers = self.executor.workers
