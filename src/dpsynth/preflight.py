@@ -56,7 +56,6 @@ def make_plan(config: RunConfig, frame: pd.DataFrame | None = None,
     recipe = build_recipe(config.recipe, config.budget.split)
     recipe.validate(data)
     _refuse_a_remote_lm(config, recipe)
-    _refuse_ray_teachers_on_a_remote_embedder(config, recipe)
     recipe = recipe.resolved(data)  # sizes left out: from N, the public unit count
     budget = recipe.budget_plan(data, config.budget.epsilon, delta)
     return RunPlan(config, data, recipe, delta, budget, fitted)
@@ -89,21 +88,6 @@ def _refuse_a_remote_lm(config: RunConfig, recipe: Recipe) -> None:
     if generator.name == "hf" and generator.device not in (None, "cpu"):
         raise ConfigError(f"recipe {recipe.name} reads the LM's next-token distributions on "
                           f"the CPU; backends.generator.device is {generator.device} (set cpu)")
-
-
-def _refuse_ray_teachers_on_a_remote_embedder(config: RunConfig, recipe: Recipe) -> None:
-    """On Ray, kd_tutor's teacher shards hold whole partitions, not the voters' blocks, so
-    they embed their records again after the first releases, in other requests: a remote
-    server whose limits depend on which texts share a request could refuse one record there
-    and stop the run, an uncharged bit. Locally the teachers reuse the embeddings taken
-    before the first release."""
-    backends = config.backends
-    if (recipe.name == "kd_tutor" and backends.executor.name == "ray"
-            and backends.embedder.name == "openai"):
-        raise ConfigError("backends.embedder: kd_tutor on backends.executor: ray embeds the "
-                          "private records again after its first release, where a remote "
-                          "embedder refusing one would stop the run uncharged; use a local "
-                          "embedder (minilm, sentence-transformers, tfidf) or executor: local")
 
 
 def _refuse_a_pool_of_private_texts(config: RunConfig, data: PrivateDataset) -> None:

@@ -216,14 +216,14 @@ class Private:
         of the private units against the public `negatives` (binary, or with `labelled` one
         class per label besides public), fit where the embeddings are and stopped once
         asked. The partitions and the soft votes' draws are keyed by the run's noise source,
-        never by a record."""
-        if isinstance(self._held, ShardedVoters):
-            self.close()  # the teachers' workers embed their partitions: free the CPUs
-        embedded = self._held.embeddings if isinstance(self._held, Voters) else None
+        never by a record: the voters' embeddings, taken before the first release, are what
+        they learn from (a cluster's voters become the teachers), so nothing private is
+        embedded again."""
         partition_key = self._noise.random_key()
         soft_key = self._noise.random_key() if soft else None  # each soft vote's draw
-        teachers = self._engine.teachers(self._data, negatives, n_teachers, partition_key,
-                                         seed, labelled, embedded)
+        teachers = self._engine.teachers(self._data, self._voters(), negatives, n_teachers,
+                                         partition_key, seed, labelled)
+        self.close()  # no release reads the voters again
         try:
             return label_within_budget(teachers, queries, stage.mechanism, batch,
                                        self._ledger, self._noise, stage.name,
@@ -237,8 +237,8 @@ class Private:
     def embed_records(self) -> None:
         """Embed the records as voters now, before the recipe's first release (the run calls
         this for `Recipe.embeds_private`): embedding is the step that can fail on one record's
-        text, and a failure must come before anything is charged. kd_tutor's teachers read
-        these embeddings (here; a cluster's workers embed their partitions again)."""
+        text, and a failure must come before anything is charged. kd_tutor's teachers learn
+        from these embeddings too."""
         self._voters()
 
     def _voters(self) -> Voters | ShardedVoters:

@@ -23,12 +23,12 @@ class Engine(Protocol):
     def voters(self, private: PrivateDataset) -> Voters | ShardedVoters:
         """The private records as voters, embedded once (the caller keeps them)."""
 
-    def teachers(self, private: PrivateDataset, negatives: np.ndarray, n_teachers: int,
-                 key: bytes, seed: int, labelled: bool,
-                 embedded: np.ndarray | None = None) -> Teachers | ShardedTeachers:
-        """PATE teachers of the private units against the public `negatives`; the caller
-        closes them once it has asked its queries. `embedded`: the records' embeddings, row
-        for row, where the run embedded them already (local voters)."""
+    def teachers(self, private: PrivateDataset, voters: Voters | ShardedVoters,
+                 negatives: np.ndarray, n_teachers: int, key: bytes, seed: int,
+                 labelled: bool) -> Teachers | ShardedTeachers:
+        """PATE teachers of the private units against the public `negatives`, fit from the
+        embeddings of the run's `voters` (this engine's, taken before the first release:
+        nothing is embedded again); the caller closes them once it has asked its queries."""
 
 
 ENGINES: dict[str, type[LocalEngine] | type[RayEngine]] = {"local": LocalEngine,

@@ -40,8 +40,7 @@ class LocalEngine:
     def voters(self, private: PrivateDataset) -> Voters:
         return private_voters(private, self.embed(private), self.search)
 
-    def teachers(self, private: PrivateDataset, negatives: np.ndarray, n_teachers: int,
-                 key: bytes, seed: int, labelled: bool,
-                 embedded: np.ndarray | None = None) -> Teachers:
+    def teachers(self, private: PrivateDataset, voters: Voters, negatives: np.ndarray,
+                 n_teachers: int, key: bytes, seed: int, labelled: bool) -> Teachers:
         return Teachers(train_teachers(private, self.embed, negatives, n_teachers, key, seed,
-                                       labelled, embedded))
+                                       labelled, voters.embeddings))

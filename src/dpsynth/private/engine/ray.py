@@ -15,19 +15,23 @@ the draws of its records' votes: same noise state, same answer. Where a release 
 record's nearest candidate itself (ctcl's topic of each record), the shards send their votes
 back, small integers, and the driver puts them in record order (`ShardedVoters.nearest`).
 
-PATE teachers (kd_tutor) are sharded by teacher instead (`RayEngine.teachers`): a unit's
-teacher is a keyed hash of its own texts, and a shard holds whole teachers' partitions, so a
-unit joining moves no other unit between shards, and each teacher is fit on one worker from
-the same rows as locally. A shard fits its teachers on the public negatives, then answers each
-query batch with its teachers' un-noised vote counts; the driver sums them before the one
-noisy release per batch.
+PATE teachers (kd_tutor) are sharded by teacher instead (`ShardedVoters.teachers`): the
+voters' actors become the teachers'. A unit's teacher is a keyed hash of its own texts, and
+teacher m's rows go whole to actor m mod the actors, relayed by the driver from the actors
+that embedded them, so a unit joining moves no other unit between actors, no record is
+embedded again after the first release (the embedding is what one record's text can fail),
+and each teacher is fit on one worker from the same rows, in the same order, as locally (on
+a cluster of like nodes, where an actor fits a teacher makes no difference: the actors are
+those of the non-empty blocks, whose count only a set of about `workers` records can move).
+An actor fits its teachers on the public negatives, then answers each query batch with its
+teachers' un-noised vote counts; the driver sums them before the one noisy release per batch.
 
-Nothing private enters Ray's object store, which may spill to disk: texts, labels, classes and
-samples go to an actor, and histograms, votes and vote counts come back, in messages of at
-most INLINE_BYTES, which Ray passes inside the task's RPC rather than as stored objects (its
-limit is 100 KiB). Only public arrays (candidates, negatives, queries) are `ray.put`. Actor
-errors carry their type, never a message that could quote a record, so no private text
-reaches a Ray log either.
+Nothing private enters Ray's object store, which may spill to disk: texts, labels, classes,
+samples and teachers' rows go to an actor, and histograms, votes, vote counts and rows come
+back, in messages of at most INLINE_BYTES, which Ray passes inside the task's RPC rather
+than as stored objects (its limit is 100 KiB). Only public arrays (candidates, negatives,
+queries) are `ray.put`. Actor errors carry their type, never a message that could quote a
+record, so no private text reaches a Ray log either.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ def _quiet(method: Callable[..., Any]) -> Callable[..., Any]:
 
 class Shard:
     """One block of private records on a Ray worker: built from public config only, fed its
-    records in inline pieces, then asked for votes, or to fit and ask teachers."""
+    records in inline pieces, then asked for votes, or to fit teachers and ask them."""
 
     def __init__(self, embedder: EmbedderConfig, base_dir: Path | None,
                  allow_remote: bool, search: str) -> None:
@@ -93,8 +97,9 @@ class Shard:
         self._inbox.setdefault(name, []).append(piece)
 
     @_quiet
-    def embed(self) -> int:
-        """Embed the texts received (as `PrivateDataset.embed` does locally) and drop them."""
+    def embed(self) -> tuple[int, int]:
+        """Embed the texts received (as `PrivateDataset.embed` does locally) and drop them;
+        answer the embeddings' shape."""
         from dpsynth.backends import build_embedder
 
         ends = self._take("ends")
@@ -105,7 +110,7 @@ class Shard:
         embeddings = PrivateDataset(texts).embed(build_embedder(*self._embedder_cfg),
                                                  allow_remote=self._allow_remote)
         self._voters = Voters(embeddings, labels, self._search)
-        return len(texts)
+        return embeddings.shape
 
     @_quiet
     def vote(self, candidates: np.ndarray, candidate_groups: np.ndarray | None,
@@ -129,14 +134,25 @@ class Shard:
         return _split(self._votes, parts)
 
     @_quiet
-    def fit(self, negatives: np.ndarray, teachers: list[int], seed: int) -> int:
-        """Fit `teachers` on this shard's partitions (`pate.fit_teachers`, as locally) and
-        drop the embeddings: the queries need the teachers only."""
+    def rows(self, parts: int) -> Any:
+        """The embeddings of this block's records at the offsets received, flat, in `parts`."""
         assert self._voters is not None
-        self._teachers = fit_teachers(self._voters.embeddings, self._take("teachers"),
-                                      self._take("classes"), negatives, teachers, seed)
-        self._teacher_ids = teachers
+        return _split(np.ravel(self._voters.embeddings[self._take("offsets")]), parts)
+
+    @_quiet
+    def fit(self, negatives: np.ndarray, teachers: list[int], seed: int, width: int) -> int:
+        """Drop the voters and fit `teachers` (`pate.fit_teachers`, as locally) on the rows
+        received for them, put in record order; the queries need the teachers only."""
         self._voters = None
+        if "records" in self._inbox:
+            order = np.argsort(self._take("records"), kind="stable")
+            embeddings = self._take("embeddings").reshape(-1, width)[order]
+            parts, classes = self._take("teachers")[order], self._take("classes")[order]
+        else:  # its teachers' partitions are empty: they vote public, as locally
+            embeddings = np.zeros((0, width), dtype=negatives.dtype)
+            parts = classes = np.zeros(0, dtype=np.int64)
+        self._teachers = fit_teachers(embeddings, parts, classes, negatives, teachers, seed)
+        self._teacher_ids = teachers
         return len(self._teachers)
 
     @_quiet
@@ -162,8 +178,10 @@ class ShardedVoters:
     anyway), to hand each shard the sample of its own votes."""
 
     def __init__(self, ray: Any, actors: list[Any], blocks: list[np.ndarray],
-                 labels: np.ndarray | None):
+                 labels: np.ndarray | None, width: int):
         self._ray, self._actors, self._blocks, self._labels = ray, actors, blocks, labels
+        self._width = width
+        """The embeddings' dimension."""
         self.has_labels = labels is not None
         self.embeddings = _Rows(self)
         """Rows on demand, for the few that the τ estimate pairs up."""
@@ -196,6 +214,40 @@ class ShardedVoters:
                n_labels: int | None = None) -> np.ndarray:
         return self.votes(candidates, candidate_groups, n_labels).histogram(
             None, len(candidates) * (n_labels or 1))
+
+    def teachers(self, rows: np.ndarray, parts: np.ndarray, classes: np.ndarray,
+                 negatives: np.ndarray, n_teachers: int, seed: int) -> ShardedTeachers:
+        """The actors become `n_teachers` PATE teachers: teacher m learns the records `rows`
+        with `parts` == m (as `classes`) against the public `negatives`, on actor m mod the
+        actors, from the embeddings the actors hold; these voters then hold nothing."""
+        ray, actors, self._actors = self._ray, self._actors, []
+        teacher = np.full(sum(len(b) for b in self._blocks), -1, dtype=np.int64)
+        label = np.zeros(len(teacher), dtype=np.int64)
+        teacher[rows], label[rows] = parts, classes
+        try:
+            for source, block in zip(actors, self._blocks, strict=True):
+                home = np.where(teacher[block] >= 0, teacher[block] % len(actors), -1)
+                for target, actor in enumerate(actors):
+                    offsets = np.flatnonzero(home == target)
+                    if len(offsets):
+                        _send(source, "offsets", offsets)
+                        flat = _receive(ray, _ask(source.rows,
+                                                  _parts(len(offsets) * self._width)))
+                        records = block[offsets]
+                        for name, values in (("embeddings", flat), ("records", records),
+                                             ("teachers", teacher[records]),
+                                             ("classes", label[records])):
+                            _send(actor, name, values)
+            ref = ray.put(np.ascontiguousarray(negatives))  # public: may be stored
+            mine = [list(range(a, n_teachers, len(actors))) for a in range(len(actors))]
+            fitted = ray.get([actor.fit.remote(ref, ids, seed, self._width)
+                              for actor, ids in zip(actors, mine, strict=True)])
+            if fitted != [len(ids) for ids in mine]:
+                raise DpsynthError("the shards fit other teachers than they were asked for")
+        except BaseException:
+            _stop(ray, actors)
+            raise
+        return ShardedTeachers(ray, actors, n_teachers)
 
     def close(self) -> None:
         """Stop the actors: their embeddings go with them."""
@@ -249,13 +301,11 @@ class _Rows:
 
 
 class ShardedTeachers:
-    """The driver's handle on teachers fit by the shards; answers what `pate.Teachers`
-    answers. Teachers no shard holds (their partitions, and their shard, are empty) vote
-    public, as an empty partition's teacher does locally."""
+    """The driver's handle on teachers fit by the shards (`ShardedVoters.teachers`); answers
+    what `pate.Teachers` answers."""
 
     def __init__(self, ray: Any, actors: list[Any], n_teachers: int) -> None:
         self._ray, self._actors, self._n_teachers = ray, actors, n_teachers
-        self._idle = n_teachers
 
     def __len__(self) -> int:
         return self._n_teachers
@@ -267,19 +317,10 @@ class ShardedTeachers:
         raise TypeError("teachers of private records must not reach a checkpoint, cache or "
                         "worker")
 
-    def fit(self, negatives: np.ndarray, teachers: list[list[int]], seed: int) -> None:
-        """Have each shard fit its `teachers` (its partitions') on the public negatives."""
-        ref = self._ray.put(np.ascontiguousarray(negatives))  # public: may be stored
-        fitted = self._ray.get([actor.fit.remote(ref, mine, seed)
-                                for actor, mine in zip(self._actors, teachers, strict=True)])
-        if fitted != [len(mine) for mine in teachers]:
-            raise DpsynthError("the shards fit other teachers than they were asked for")
-        self._idle = self._n_teachers - sum(fitted)
-
     def votes(self, queries: np.ndarray, n_classes: int = 2,
               soft_key: bytes | None = None) -> np.ndarray:
         """Votes per query and class (`teachers.teacher_votes`): the sum of the shards'
-        un-noised ones; an idle teacher's, hard or soft, is public."""
+        un-noised ones."""
         ref = self._ray.put(np.ascontiguousarray(queries))  # public: may be stored
         cells = len(queries) * n_classes
         answers = [_ask(actor.teach, _parts(cells), ref, n_classes, soft_key)
@@ -287,9 +328,7 @@ class ShardedTeachers:
         counts = np.zeros(cells, dtype=np.int64)
         for answer in answers:
             counts += _receive(self._ray, answer)
-        counts = counts.reshape(len(queries), n_classes)
-        counts[:, 0] += self._idle
-        return counts
+        return counts.reshape(len(queries), n_classes)
 
     def close(self) -> None:
         """Stop the actors: the teachers and what they learnt go with them."""
@@ -323,36 +362,23 @@ class RayEngine:
         texts = private.texts(Access.LOCAL_EMBEDDING)
         labels = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
         blocks = [block for block in shard_blocks(texts, self.executor.workers) if len(block)]
-        ray, actors = self._start(texts, blocks, {} if labels is None else {"labels": labels})
-        return ShardedVoters(ray, actors, blocks, labels)
+        ray, actors, width = self._start(texts, blocks,
+                                         {} if labels is None else {"labels": labels})
+        return ShardedVoters(ray, actors, blocks, labels, width)
 
-    def teachers(self, private: PrivateDataset, negatives: np.ndarray, n_teachers: int,
-                 key: bytes, seed: int, labelled: bool = False,
-                 embedded: np.ndarray | None = None) -> ShardedTeachers:
-        """`pate.train_teachers` on the cluster: teacher m's partition goes whole to shard
-        m mod `workers`, whose actor embeds it and fits teacher m; a shard without records
-        starts no actor. `embedded` is not used: the embeddings are the workers' (the run's
-        voters, embedded before the first release, showed every record embeds with a local
-        embedder; a remote one, whose limits depend on a request's other texts, is refused
-        before the run starts: `preflight._refuse_ray_teachers_on_a_remote_embedder`)."""
+    def teachers(self, private: PrivateDataset, voters: ShardedVoters, negatives: np.ndarray,
+                 n_teachers: int, key: bytes, seed: int,
+                 labelled: bool = False) -> ShardedTeachers:
+        """`pate.train_teachers` on the cluster: the `voters`' actors become the teachers,
+        fit from the embeddings they took before the first release."""
         keep, parts, classes = teacher_partitions(private, n_teachers, key, labelled)
-        texts = private.subset(keep).texts(Access.LOCAL_EMBEDDING)
-        workers = self.executor.workers
-        held = [s for s in range(workers) if (parts % workers == s).any()]
-        blocks = [np.flatnonzero(parts % workers == s) for s in held]
-        ray, actors = self._start(texts, blocks, {"teachers": parts, "classes": classes})
-        teachers = ShardedTeachers(ray, actors, n_teachers)
-        try:
-            teachers.fit(negatives, [list(range(s, n_teachers, workers)) for s in held], seed)
-        except BaseException:
-            teachers.close()
-            raise
-        return teachers
+        return voters.teachers(keep, parts, classes, negatives, n_teachers, seed)
 
     def _start(self, texts: list[str], blocks: list[np.ndarray],
-               per_record: dict[str, np.ndarray]) -> tuple[Any, list[Any]]:
+               per_record: dict[str, np.ndarray]) -> tuple[Any, list[Any], int]:
         """Start one actor per block (on the connected Ray cluster), send each its records'
-        texts and `per_record` arrays inline, and have all of them embed at once."""
+        texts and `per_record` arrays inline, and have all of them embed at once; answer
+        the embeddings' dimension too."""
         from dpsynth.backends.ray_cluster import import_ray
 
         executor = self.executor
@@ -376,12 +402,13 @@ class RayEngine:
                 _send(actor, "ends", np.cumsum([len(t) for t in encoded], dtype=np.int64))
                 for name, values in per_record.items():
                     _send(actor, name, values[block])
-            if ray.get([actor.embed.remote() for actor in actors]) != [len(b) for b in blocks]:
+            shapes = ray.get([actor.embed.remote() for actor in actors])
+            if [rows for rows, _ in shapes] != [len(b) for b in blocks]:
                 raise DpsynthError("the shards embedded other records than they were sent")
         except BaseException:
             _stop(ray, actors)
             raise
-        return ray, actors
+        return ray, actors, shapes[0][1]
 
 
 def shard_blocks(texts: list[str], workers: int) -> list[np.ndarray]:

@@ -7,7 +7,7 @@ release.
 
 Partitions come from a keyed hash of each unit's own text, not from positions in a shuffled
 list: adding or removing a unit then changes one teacher only, which is what bounds the
-aggregate's sensitivity. On a Ray cluster (`dpsynth.private.engine.ray.RayEngine.teachers`)
+aggregate's sensitivity. On a Ray cluster (`dpsynth.private.engine.ray.ShardedVoters.teachers`)
 each worker holds whole partitions and fits their teachers by the same `fit_teachers`; only
 the vote counts come back, to be summed and released.
 """
