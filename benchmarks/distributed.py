@@ -23,7 +23,8 @@ Topics: `--topics` centroids (the embeddings of the first public texts; ctcl's s
 `--teachers` binary teachers (kd_tutor's default 60) over the private records, partitioned
 by a keyed hash, fit on the first `--negatives` candidates as public negatives, then asked
 `--queries` other candidates in batches of `--query-batch` (kd_tutor's 100); Ray's fit
-includes starting the actors and embedding each partition there, the local fit embeds too.
+includes starting the voters' actors, embedding their blocks and relaying each teacher's rows
+to the actor that fits it (as a run does), the local fit embeds too.
 Every engine must give the same topics and the same teacher votes; the script checks it.
 
 What a real cluster gives: embedding is embarrassingly parallel (each worker embeds N/W
@@ -156,8 +157,8 @@ def main() -> None:
                 rows.append((f"ray, {workers} worker(s)", started, *vote_stage(
                     lambda cluster=cluster: cluster.voters(private), candidates,
                     args.iterations, centroids), *teacher_stage(
-                    lambda cluster=cluster: cluster.teachers(private, negatives,
-                                                             args.teachers, KEY, 0),
+                    lambda cluster=cluster: cluster.teachers(
+                        private, cluster.voters(private), negatives, args.teachers, KEY, 0),
                     queries, args.query_batch)))
     base = rows[0]
     print(f"{'engine':<20}{'start s':>9}{'embed s':>9}{'vote s':>9}"
@@ -186,7 +187,8 @@ def main() -> None:
         print(f"{name:<20}{fit:>9.2f}{batch:>9.3f}{base[7] / fit:>9.2f}{base[8] / batch:>9.2f}"
               f"  {np.array_equal(votes, base[9])}")
     print(f"fit s: embedding the records and fitting every teacher (on Ray: starting the "
-          f"actors, each building its embedder, embedding and fitting its teachers); batch s: "
+          f"actors, each building its embedder and embedding its block, relaying each "
+          f"teacher's rows to its actor, fitting); batch s: "
           f"per batch, mean of {-(-args.queries // args.query_batch)}. load average "
           f"{os.getloadavg()[0]:.1f} at end")
 

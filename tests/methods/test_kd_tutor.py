@@ -12,6 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from dpsynth.data import Access, PrivateDataset
+from dpsynth.errors import DpsynthError
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.kd_tutor import KdTutor
 from dpsynth.privacy.ledger import PrivacyLedger
@@ -107,6 +108,8 @@ def test_the_budget_stops_the_students_labelling(tmp_path):
     assert ledger.spent() <= 1.0
     assert ledger.would_spend(Gaussian(plan.stage("student_queries").noise_scale, 1.0,
                                        2).event) > 1.0
+    with pytest.raises(DpsynthError, match="kd_tutor's teachers"):  # never embedded again
+        ctx.private.embed_records()
 
 
 @pytest.mark.parametrize("discriminator", ["binary", "labelled"])

@@ -21,7 +21,7 @@ from dpsynth.backends.config import EmbedderConfig, ExecutorConfig, TfidfConfig
 from dpsynth.backends.ray_cluster import init_options, ray_session
 from dpsynth.checkpoint import CheckpointStore
 from dpsynth.cli import main
-from dpsynth.data import PrivateDataset
+from dpsynth.data import Access, PrivateDataset
 from dpsynth.errors import DpsynthError
 from dpsynth.methods.base import RunContext
 from dpsynth.methods.ctcl import Ctcl
@@ -184,8 +184,10 @@ def test_sharded_teachers_vote_as_the_local_ones(cluster, private, embedder_cfg,
     relayed from the actors that embedded them: the same votes, hard or sampled soft (each
     teacher's draw keyed by its global id, not its place on an actor), and no actor started
     and nothing embedded after the voters (the first release may come before the teachers).
-    With two records most partitions are empty, and their teachers vote public."""
-    data = private.subset(range(n_records))
+    With two records of one block the other block's actor holds none, yet is there (so where
+    a teacher is fit follows from the config), and most teachers vote public."""
+    one_block = sharded.shard_blocks(private.texts(Access.LEDGERED_OP), EXECUTOR.workers)[0]
+    data = private.subset(range(n_records) if n_records > 2 else one_block[:2])
     negatives, queries = candidates[0][:12], candidates[0][12:]
     embedder = build_embedder(embedder_cfg)
     local = Teachers(train_teachers(data, lambda d: d.embed(embedder), negatives, 7,
@@ -198,6 +200,8 @@ def test_sharded_teachers_vote_as_the_local_ones(cluster, private, embedder_cfg,
     remote = engine.teachers(data, voters, negatives, 7, b"k" * 16, 0, labelled=True)
     try:
         assert len(remote) == 7 and remote._actors == actors and voters._actors == []
+        assert len(actors) == EXECUTOR.workers
+        assert n_records > 2 or not all(len(b) for b in voters._blocks)
         votes = remote.votes(queries, 1 + len(LABELS), soft_key)
         np.testing.assert_array_equal(votes, local.votes(queries, 1 + len(LABELS), soft_key))
         assert votes.dtype == np.int64
@@ -218,9 +222,14 @@ def test_nothing_private_is_stored_as_an_object(cluster, private, embedder_cfg, 
     finally:
         voters.close()
     engine = on_ray(embedder_cfg)
-    teachers = engine.teachers(private, engine.voters(private), candidates[0][:12], 7,
-                               b"k" * 16, 0, labelled=True)
+    voters, put = engine.voters(private), ray.put
+    stored = []
+    monkeypatch.setattr(ray, "put", lambda value, **kw: stored.append(value) or put(value, **kw))
+    teachers = engine.teachers(private, voters, candidates[0][:12], 7, b"k" * 16, 0,
+                               labelled=True)
+    monkeypatch.setattr(ray, "put", put)
     try:
+        assert len(stored) == 1 and np.array_equal(stored[0], candidates[0][:12])  # relay: none
         assert len(_in_object_store()) <= 1  # the public negatives at most
         votes = teachers.votes(np.repeat(candidates[0], 4, axis=0), 5)  # 600 cells: 10 parts
         assert (votes.sum(axis=1) == 7).all()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpsynth.data import Access, PrivateDataset
+from dpsynth.errors import DpsynthError
 from dpsynth.privacy.ledger import PrivacyLedger
 from dpsynth.privacy.mechanisms import DisjointSequences, ExponentialSample
 from dpsynth.privacy.noise import NoiseSource
@@ -51,6 +52,8 @@ class Private:
                  engine: Engine) -> None:
         self._data, self._ledger, self._noise, self._engine = data, ledger, noise, engine
         self._held: Voters | ShardedVoters | None = None
+        self._taught = False
+        """The voters' embeddings went to kd_tutor's teachers: none may be taken again."""
 
     def __repr__(self) -> str:
         return f"Private(n_units={self.n_units})"
@@ -223,7 +226,8 @@ class Private:
         soft_key = self._noise.random_key() if soft else None  # each soft vote's draw
         teachers = self._engine.teachers(self._data, self._voters(), negatives, n_teachers,
                                          partition_key, seed, labelled)
-        self.close()  # no release reads the voters again
+        self.close()
+        self._taught = True
         try:
             return label_within_budget(teachers, queries, stage.mechanism, batch,
                                        self._ledger, self._noise, stage.name,
@@ -242,7 +246,11 @@ class Private:
         self._voters()
 
     def _voters(self) -> Voters | ShardedVoters:
-        """The records as nearest-neighbour voters, embedded once per run."""
+        """The records as nearest-neighbour voters, embedded once per run: never again after
+        kd_tutor's teachers took them, when a release may already have been made."""
+        if self._taught:
+            raise DpsynthError("the private voters went to kd_tutor's teachers; a release "
+                               "that reads them must come before the teachers")
         if self._held is None:
             self._held = self._engine.voters(self._data)
         return self._held

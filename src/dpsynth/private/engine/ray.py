@@ -1,8 +1,9 @@
 """The Ray engine: private voters and PATE teachers sharded over Ray actors
 (`backends.executor: {name: ray}`).
 
-Each actor takes one block of the private records, embeds it once and keeps the embeddings in
-its memory for the run, so no iteration embeds again and the driver never holds them. A
+Each actor takes one block of the private records (one actor per `workers`, its block empty
+or not), embeds it once and keeps the embeddings in its memory for the run, so no iteration
+embeds again and the driver holds them only in passing (dpga's τ pairs, kd_tutor's relay). A
 record's block follows from a digest of its own text (`shard_blocks`), never from its place in
 the file: a node may embed and search with other low-order bits than another (another CPU,
 another thread count), so a record's vote may depend on its shard, and a record joining must
@@ -17,14 +18,13 @@ back, small integers, and the driver puts them in record order (`ShardedVoters.n
 
 PATE teachers (kd_tutor) are sharded by teacher instead (`ShardedVoters.teachers`): the
 voters' actors become the teachers'. A unit's teacher is a keyed hash of its own texts, and
-teacher m's rows go whole to actor m mod the actors, relayed by the driver from the actors
-that embedded them, so a unit joining moves no other unit between actors, no record is
-embedded again after the first release (the embedding is what one record's text can fail),
-and each teacher is fit on one worker from the same rows, in the same order, as locally (on
-a cluster of like nodes, where an actor fits a teacher makes no difference: the actors are
-those of the non-empty blocks, whose count only a set of about `workers` records can move).
-An actor fits its teachers on the public negatives, then answers each query batch with its
-teachers' un-noised vote counts; the driver sums them before the one noisy release per batch.
+teacher m's rows go whole to actor m mod `workers`, relayed by the driver, in inline pieces,
+from the actors that embedded them, so a unit joining moves no other unit between actors and
+no teacher to another actor, no record is embedded again after the first release (the
+embedding is what one record's text can fail), and each teacher is fit on one worker from the
+same rows, in the same order, as locally. An actor fits its teachers on the public
+negatives, then answers each query batch with its teachers' un-noised vote counts; the driver
+sums them before the one noisy release per batch.
 
 Nothing private enters Ray's object store, which may spill to disk: texts, labels, classes,
 samples and teachers' rows go to an actor, and histograms, votes, vote counts and rows come
@@ -104,9 +104,11 @@ class Shard:
 
         ends = self._take("ends")
         blob = self._take("texts").tobytes()
-        texts = [blob[a:b].decode("utf-8") for a, b in zip(np.r_[0, ends[:-1]], ends,
+        texts = [blob[a:b].decode("utf-8") for a, b in zip(np.r_[0, ends][:-1], ends,
                                                            strict=True)]
         labels = self._take("labels") if "labels" in self._inbox else None
+        if not texts:  # an empty block: it votes nothing, and may fit teachers later
+            return 0, 0
         embeddings = PrivateDataset(texts).embed(build_embedder(*self._embedder_cfg),
                                                  allow_remote=self._allow_remote)
         self._voters = Voters(embeddings, labels, self._search)
@@ -116,8 +118,8 @@ class Shard:
     def vote(self, candidates: np.ndarray, candidate_groups: np.ndarray | None,
              n_labels: int | None = None) -> int:
         """Find each record's candidate and keep the votes; return how many there are."""
-        assert self._voters is not None
-        self._votes = self._voters.votes(candidates, candidate_groups, n_labels)
+        self._votes = (np.zeros(0, dtype=np.int64) if self._voters is None else
+                       self._voters.votes(candidates, candidate_groups, n_labels))
         return len(self._votes)
 
     @_quiet
@@ -140,10 +142,15 @@ class Shard:
         return _split(np.ravel(self._voters.embeddings[self._take("offsets")]), parts)
 
     @_quiet
-    def fit(self, negatives: np.ndarray, teachers: list[int], seed: int, width: int) -> int:
-        """Drop the voters and fit `teachers` (`pate.fit_teachers`, as locally) on the rows
-        received for them, put in record order; the queries need the teachers only."""
+    def drop(self) -> None:
+        """Free the voters' embeddings once their rows are relayed: the teachers' rows come
+        in while others are still relayed."""
         self._voters = None
+
+    @_quiet
+    def fit(self, negatives: np.ndarray, teachers: list[int], seed: int, width: int) -> int:
+        """Fit `teachers` (`pate.fit_teachers`, as locally) on the rows received for them,
+        put in record order; the queries need the teachers only."""
         if "records" in self._inbox:
             order = np.argsort(self._take("records"), kind="stable")
             embeddings = self._take("embeddings").reshape(-1, width)[order]
@@ -218,8 +225,9 @@ class ShardedVoters:
     def teachers(self, rows: np.ndarray, parts: np.ndarray, classes: np.ndarray,
                  negatives: np.ndarray, n_teachers: int, seed: int) -> ShardedTeachers:
         """The actors become `n_teachers` PATE teachers: teacher m learns the records `rows`
-        with `parts` == m (as `classes`) against the public `negatives`, on actor m mod the
-        actors, from the embeddings the actors hold; these voters then hold nothing."""
+        with `parts` == m (as `classes`) against the public `negatives`, on actor m mod
+        `workers` (one actor per block, so where a teacher is fit follows from the config),
+        from the embeddings the actors hold; these voters then hold nothing."""
         ray, actors, self._actors = self._ray, self._actors, []
         teacher = np.full(sum(len(b) for b in self._blocks), -1, dtype=np.int64)
         label = np.zeros(len(teacher), dtype=np.int64)
@@ -238,6 +246,7 @@ class ShardedVoters:
                                              ("teachers", teacher[records]),
                                              ("classes", label[records])):
                             _send(actor, name, values)
+                source.drop.remote()
             ref = ray.put(np.ascontiguousarray(negatives))  # public: may be stored
             mine = [list(range(a, n_teachers, len(actors))) for a in range(len(actors))]
             fitted = ray.get([actor.fit.remote(ref, ids, seed, self._width)
@@ -361,7 +370,7 @@ class RayEngine:
                                f"for N = {private.n_units} privacy units; use fewer workers")
         texts = private.texts(Access.LOCAL_EMBEDDING)
         labels = private.label_codes(Access.LEDGERED_OP) if private.has_labels else None
-        blocks = [block for block in shard_blocks(texts, self.executor.workers) if len(block)]
+        blocks = shard_blocks(texts, self.executor.workers)
         ray, actors, width = self._start(texts, blocks,
                                          {} if labels is None else {"labels": labels})
         return ShardedVoters(ray, actors, blocks, labels, width)
@@ -378,7 +387,8 @@ class RayEngine:
                per_record: dict[str, np.ndarray]) -> tuple[Any, list[Any], int]:
         """Start one actor per block (on the connected Ray cluster), send each its records'
         texts and `per_record` arrays inline, and have all of them embed at once; answer
-        the embeddings' dimension too."""
+        the embeddings' dimension too, the same on every actor with records (checked here,
+        before any release reads them)."""
         from dpsynth.backends.ray_cluster import import_ray
 
         executor = self.executor
@@ -405,10 +415,14 @@ class RayEngine:
             shapes = ray.get([actor.embed.remote() for actor in actors])
             if [rows for rows, _ in shapes] != [len(b) for b in blocks]:
                 raise DpsynthError("the shards embedded other records than they were sent")
+            widths = {width for rows, width in shapes if rows}
+            if len(widths) != 1:
+                raise DpsynthError("the shards' embedders answer other dimensions: "
+                                   f"{sorted(widths)}")
         except BaseException:
             _stop(ray, actors)
             raise
-        return ray, actors, shapes[0][1]
+        return ray, actors, widths.pop()
 
 
 def shard_blocks(texts: list[str], workers: int) -> list[np.ndarray]:
