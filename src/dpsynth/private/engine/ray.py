@@ -229,12 +229,12 @@ class ShardedVoters:
         `workers` (one actor per block, so where a teacher is fit follows from the config),
         from the embeddings the actors hold; these voters then hold nothing."""
         ray, actors, self._actors = self._ray, self._actors, []
-        teacher = np.full(sum(len(b) for b in self._blocks), -1, dtype=np.int64)
-        label = np.zeros(len(teacher), dtype=np.int64)
-        teacher[rows], label[rows] = parts, classes
+        teacher_of = np.full(sum(len(b) for b in self._blocks), -1, dtype=np.int64)
+        class_of = np.zeros(len(teacher_of), dtype=np.int64)
+        teacher_of[rows], class_of[rows] = parts, classes
         try:
             for source, block in zip(actors, self._blocks, strict=True):
-                home = np.where(teacher[block] >= 0, teacher[block] % len(actors), -1)
+                home = np.where(teacher_of[block] >= 0, teacher_of[block] % len(actors), -1)
                 for target, actor in enumerate(actors):
                     offsets = np.flatnonzero(home == target)
                     if len(offsets):
@@ -243,8 +243,8 @@ class ShardedVoters:
                                                   _parts(len(offsets) * self._width)))
                         records = block[offsets]
                         for name, values in (("embeddings", flat), ("records", records),
-                                             ("teachers", teacher[records]),
-                                             ("classes", label[records])):
+                                             ("teachers", teacher_of[records]),
+                                             ("classes", class_of[records])):
                             _send(actor, name, values)
                 source.drop.remote()
             ref = ray.put(np.ascontiguousarray(negatives))  # public: may be stored
