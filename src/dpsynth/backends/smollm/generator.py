@@ -135,10 +135,14 @@ class SmolLMGenerator(PromptedGenerator):
         order = sorted(range(len(prompts)), key=lambda i: (self._budget(prompts[i]),
                                                            len(ids[i])))
         batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+
+        def budget(batch: list[int]) -> int:
+            return max(self._budget(prompts[i]) for i in batch)
+
         out = [""] * len(prompts)
-        for batch in track(batches, "generating", total=len(batches), log_progress=True):
-            texts = self._sample([ids[i] for i in batch],
-                                 max(self._budget(prompts[i]) for i in batch), sampling)
+        for batch in track(batches, "generating", log_progress=True,
+                           cost=lambda batch: len(batch) * budget(batch)):
+            texts = self._sample([ids[i] for i in batch], budget(batch), sampling)
             for i, text in zip(batch, texts, strict=True):
                 out[i] = text
         return out
