@@ -206,15 +206,18 @@ def test_progress_bars_draw_in_a_notebook(monkeypatch):
             drawn.append((description, total))
             return 0
 
-        def advance(self, task):
-            drawn.append("step")
+        def advance(self, task, advance=1):
+            drawn.append(advance)
 
     monkeypatch.setattr(progress, "Progress", Bars)
     monkeypatch.setattr(progress, "_console", Console(file=io.StringIO()))  # not a terminal
     assert list(progress.track(range(3), "work")) == [0, 1, 2] and drawn == []
     monkeypatch.setattr(progress._console, "is_jupyter", True)
     assert list(progress.track(range(3), "work")) == [0, 1, 2]
-    assert drawn == [("work", 3), "step", "step", "step"]
+    assert drawn == [("work", 3), 1, 1, 1]
+    drawn.clear()  # with costs, the bar counts the work
+    assert list(progress.track([3, 1, 2], "work", cost=float)) == [3, 1, 2]
+    assert drawn == [("work", 6.0), 3.0, 1.0, 2.0]
 
 
 def test_a_pool_holding_the_frames_texts_is_refused_before_anything_is_written(frame,
