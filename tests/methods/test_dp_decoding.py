@@ -23,8 +23,8 @@ from dpsynth.privacy.mechanisms import DisjointSequences, ExponentialSample
 from dpsynth.privacy.noise import NoiseSource
 from dpsynth.private.releases.decoding import (
     GRID,
-    BatchScores,
     DecodingSetup,
+    GroupScores,
     TextRequest,
     record_batches,
 )
@@ -47,7 +47,7 @@ def one_torch_thread():
 # -- the mechanism, exactly ------------------------------------------------------------------
 
 def _scores(public: np.ndarray, contributions: np.ndarray, clip: float, b: int) -> np.ndarray:
-    """u = p + Σ clip(v_i, -C, C) / B, as BatchScores computes it (without the grid)."""
+    """u = p + Σ clip(v_i, -C, C) / B, as GroupScores computes it (without the grid)."""
     return public + np.clip(contributions, -clip, clip).sum(axis=0) / b
 
 
@@ -140,28 +140,41 @@ REQUEST = TextRequest(0, 0, "write a new text about billing",
                       f"here is a text about billing {SLOT} write a new text about billing")
 
 
-def _private_logp(scores: BatchScores) -> list[np.ndarray]:
+class OneText:
+    """One text's scores through `GroupScores`: a group of one."""
+
+    def __init__(self, lm, setup, request, batch) -> None:
+        self.group = GroupScores(lm, setup, [request], [batch])
+        self._chunks = self.group._chunks
+
+    def next_scores(self, drawn: list[int]):
+        return self.group.next_scores([drawn])[0]
+
+
+def _private_logp(scores: OneText) -> list[np.ndarray]:
     """Each record's log-probabilities after the prompt, in batch order."""
-    return [row for state in scores._chunks for row in state.value[0][: state.real]]
+    return [row for state in scores._chunks for row in state.value[0][: state.owners.size]]
 
 
-def test_a_records_distribution_does_not_depend_on_its_companions():
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_a_records_distribution_does_not_depend_on_its_companions(precision):
     """Fixed-shape forward passes: a record's log-probabilities are bit for bit the same
-    whatever records share its chunk (longer, shorter, none)."""
+    whatever records share its chunk (longer, shorter, none), in either precision."""
+    from dpsynth.methods.dp_decoding import at_precision
     from tests.methods.fakes import tiny_context_lm
 
-    lm = tiny_context_lm()
+    lm = at_precision(tiny_context_lm(), precision)
     texts = ticket_texts(12)[0]
     target = "refund invoice charge card fee"
-    alone = _private_logp(BatchScores(lm, _setup(), REQUEST, [target]))[0]
+    alone = _private_logp(OneText(lm, _setup(), REQUEST, [target]))[0]
     for companions in ([texts[3]], texts[4:6], [texts[7] * 5, texts[8]]):
         for at in range(len(companions) + 1):
             batch = [*companions[:at], target, *companions[at:]]
-            assert np.array_equal(_private_logp(BatchScores(lm, _setup(), REQUEST,
+            assert np.array_equal(_private_logp(OneText(lm, _setup(), REQUEST,
                                                             batch))[at], alone)
 
 
-@pytest.mark.parametrize("cached_rows", [1, 3])  # fewer than a chunk still holds one chunk
+@pytest.mark.parametrize("cached_rows", [1, 3])  # rows held: one chunk either way
 def test_a_batch_past_cached_rows_is_replayed_to_the_same_scores_bit_for_bit(cached_rows):
     """A batch larger than its noisy count promised holds KV caches for `cached_rows` rows
     only; its other chunks are replayed at every token and give the very same scores, so
@@ -169,8 +182,8 @@ def test_a_batch_past_cached_rows_is_replayed_to_the_same_scores_bit_for_bit(cac
     from tests.methods.fakes import tiny_context_lm
 
     lm, texts = tiny_context_lm(), ticket_texts(20)[0][:10]
-    held = BatchScores(lm, _setup(), REQUEST, texts)
-    bounded = BatchScores(lm, _setup(cached_rows=cached_rows), REQUEST, texts)  # 1 chunk held
+    held = OneText(lm, _setup(), REQUEST, texts)
+    bounded = OneText(lm, _setup(cached_rows=cached_rows), REQUEST, texts)  # 1 chunk held
     assert [type(c).__name__ for c in bounded._chunks] == ["_State"] + ["_Replay"] * 3
     assert all(type(c).__name__ == "_State" for c in held._chunks)
     drawn: list[int] = []
@@ -178,6 +191,37 @@ def test_a_batch_past_cached_rows_is_replayed_to_the_same_scores_bit_for_bit(cac
         (ids, u), (ids2, u2) = held.next_scores(drawn), bounded.next_scores(drawn)
         assert np.array_equal(ids, ids2) and np.array_equal(u, u2)
         drawn.append(int(ids[np.argmax(u)]))
+
+
+@pytest.mark.parametrize("cached_rows", [256, 2])  # every row held; most rows replayed
+def test_a_text_decoded_with_others_scores_as_it_would_alone_bit_for_bit(cached_rows):
+    """Texts decoded together share forward passes (their rows mixed in fixed-shape chunks,
+    their public rows in one pass): each text's scores are bit for bit those it gets decoded
+    alone, while another text of the group has stopped (its rows fed the pad token) and
+    whether its rows hold KV caches or are replayed."""
+    from tests.methods.fakes import tiny_context_lm
+
+    lm, setup = tiny_context_lm(), _setup(cached_rows=cached_rows, texts_together=3)
+    texts = ticket_texts(20)[0]
+    batches = [texts[:5], texts[5:7], texts[7:14]]
+    group = GroupScores(lm, setup, [REQUEST] * 3, batches)
+    alone = [OneText(lm, setup, REQUEST, b) for b in batches]
+    assert len(group._chunks) < sum(len(a._chunks) for a in alone)  # passes are shared
+    drawn: list[list[int]] = [[], [], []]
+    for round_ in range(setup.max_tokens):
+        together = group.next_scores(drawn)
+        for text, (scores, one) in enumerate(zip(together, alone, strict=True)):
+            if text == 1 and round_ == 3:  # text 1 ended its turn last round
+                assert scores is None
+                continue
+            if text == 1 and round_ > 3:
+                continue
+            expected = one.next_scores(drawn[text])
+            assert np.array_equal(scores[0], expected[0])
+            assert np.array_equal(scores[1], expected[1])
+            drawn[text].append(lm.eos_id if (text, round_) == (1, 2)
+                               else int(scores[0][np.argmax(scores[1])]))
+    assert len(drawn[1]) == 3 and len(drawn[0]) == setup.max_tokens
 
 
 def test_one_record_more_moves_every_token_score_within_an_interval_of_2c_over_b():
@@ -188,8 +232,8 @@ def test_one_record_more_moves_every_token_score_within_an_interval_of_2c_over_b
     lm, setup = tiny_context_lm(), _setup()
     texts = ticket_texts(20)[0]
     for extra in (texts[9], "password " * 40, texts[2]):
-        d, d2 = (BatchScores(lm, setup, REQUEST, texts[:5]),
-                 BatchScores(lm, setup, REQUEST, [*texts[:5], extra]))
+        d, d2 = (OneText(lm, setup, REQUEST, texts[:5]),
+                 OneText(lm, setup, REQUEST, [*texts[:5], extra]))
         drawn: list[int] = []
         for _ in range(setup.max_tokens):
             (ids, u), (ids2, u2) = d.next_scores(drawn), d2.next_scores(drawn)
@@ -212,7 +256,7 @@ def _log_law(scores: np.ndarray, temperature: float) -> np.ndarray:
 def test_one_record_more_moves_the_real_law_of_every_token_within_epsilon(clip, temperature,
                                                                          tight):
     """End to end on the release's own code: D and D' = D plus one record go through the real
-    `record_batches` (digest buckets) and `BatchScores` (fixed-shape forwards, the grid, the
+    `record_batches` (digest buckets) and `GroupScores` (fixed-shape forwards, the grid, the
     clip, the top-k+ set) of the tiny GPT-2; along several token paths the law
     softmax(u / T) of every candidate moves by at most ε_token = 2C/(B·T) in log-probability,
     and where every term saturates and the law sits on one token (small T), the added record
@@ -241,8 +285,8 @@ def test_one_record_more_moves_the_real_law_of_every_token_within_epsilon(clip, 
     rng = np.random.default_rng(0)
     worst = 0.0
     for path in range(4):  # greedy, sampled from D's law, sampled from D''s law, random
-        a = BatchScores(lm, setup, target, d[0])
-        b = BatchScores(lm, setup, target, d2[0])
+        a = OneText(lm, setup, target, d[0])
+        b = OneText(lm, setup, target, d2[0])
         drawn: list[int] = []
         for _ in range(setup.max_tokens):
             step_a, step_b = a.next_scores(drawn), b.next_scores(drawn)
@@ -268,8 +312,8 @@ def test_a_nan_shift_counts_as_no_shift():
 
     lm, setup = tiny_context_lm(), _setup()
     texts = ticket_texts(8)[0]
-    without = BatchScores(lm, setup, REQUEST, texts[:2]).next_scores([])
-    scores = BatchScores(lm, setup, REQUEST, [*texts[:2], texts[5]])
+    without = OneText(lm, setup, REQUEST, texts[:2]).next_scores([])
+    scores = OneText(lm, setup, REQUEST, [*texts[:2], texts[5]])
     logp, mask, cache = scores._chunks[0].value
     logp = logp.copy()
     logp[2] = np.nan
@@ -427,6 +471,29 @@ def test_the_plan_derives_the_clip_from_epsilon_and_charges_max_tokens_draws(tmp
     assert 0 < metrics["synthetic"] <= PARAMS["n_output"]
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_the_lm_decodes_in_its_precision_on_a_copy(tmp_path, monkeypatch, precision):
+    """`precision` casts a copy of the LM for the decoding: the generator's own model, which
+    other runs in the process may share, keeps its float32 weights."""
+    from dpsynth.private.releases import decoding
+
+    generator = RecordingGenerator()
+    seen = []
+    real = decoding.GroupScores.__init__
+
+    def recording(self, lm, *args):
+        seen.append(next(lm.model.parameters()).dtype)
+        real(self, lm, *args)
+
+    monkeypatch.setattr(decoding.GroupScores, "__init__", recording)
+    outputs = run(_config(tmp_path, precision=precision), embedder=HashEmbedder(),
+                  generator=generator)
+    assert seen and set(seen) == {getattr(torch, precision)}
+    assert next(generator.context_lm().model.parameters()).dtype == torch.float32
+    metrics = [json.loads(x) for x in outputs.metrics.read_text().splitlines()]
+    assert any(m.get("precision") == precision for m in metrics)
+
+
 def test_label_fraction_zero_is_refused():
     """The DP counts size the batches; without them a batch would hold N_y / n_y records."""
     from dpsynth.methods.dp_decoding import DpDecoding
@@ -571,10 +638,10 @@ def test_a_run_killed_while_decoding_resumes_after_the_texts_journaled(tmp_path,
                              ).to_csv(data, index=False)
     os.utime(data, ns=(kept.st_atime_ns, kept.st_mtime_ns))  # the very file it started from
     built = []
-    monkeypatch.setattr(decoding, "BatchScores",
-                        lambda *args: built.append(args) or BatchScores(*args))
+    monkeypatch.setattr(decoding, "GroupScores",
+                        lambda *args: built.extend(args[2]) or GroupScores(*args))
     outputs = run(_config(tmp_path), embedder=HashEmbedder(), generator=RecordingGenerator())
-    assert len(built) == PARAMS["n_output"] - 3
+    assert len(built) == PARAMS["n_output"] - 3  # texts given a batch again: none journaled
     lines = [json.loads(x) for x in
              (tmp_path / "out" / "checkpoints" / "releases.jsonl").read_text().splitlines()]
     answer = next(x["value"] for x in lines if x.get("output") == 1)
@@ -616,14 +683,14 @@ def test_copies_of_a_text_are_run_once_and_counted_once_per_record():
     a, b = "refund invoice charge card fee", ticket_texts(4)[0][2]
 
     def shifts(text):  # one record's clipped shift on the grid, from a batch of it alone
-        ids, u = BatchScores(lm, setup, REQUEST, [text]).next_scores([])
-        ids0, u0 = BatchScores(lm, setup, REQUEST, []).next_scores([])
+        ids, u = OneText(lm, setup, REQUEST, [text]).next_scores([])
+        ids0, u0 = OneText(lm, setup, REQUEST, []).next_scores([])
         assert np.array_equal(ids, ids0)
         return ids, np.rint((u - u0) * setup.batch_size / GRID).astype(np.int64), u0
 
     ids, shift_a, public = shifts(a)
     shift_b = shifts(b)[1]
-    scores = BatchScores(lm, setup, REQUEST, [a] * 30 + [b] + [a] * 30)
+    scores = OneText(lm, setup, REQUEST, [a] * 30 + [b] + [a] * 30)
     assert len(scores._chunks) == 1  # two distinct rows, in one chunk of forward_batch 3
     got_ids, u = scores.next_scores([])
     assert np.array_equal(got_ids, ids)

@@ -54,13 +54,14 @@ def test_dp_decoding_prompts_its_lm_by_name_and_the_output_keeps_the_codes(
     from tests.tiny_lm import one_torch_thread
 
     prompts = []
-    real = decoding.BatchScores.__init__
+    real = decoding.GroupScores.__init__
 
-    def recording(self, lm, setup, request, examples):
-        prompts.extend([request.public_instruction, request.private_instruction])
-        real(self, lm, setup, request, examples)
+    def recording(self, lm, setup, requests, batches):
+        for request in requests:
+            prompts.extend([request.public_instruction, request.private_instruction])
+        real(self, lm, setup, requests, batches)
 
-    monkeypatch.setattr(decoding.BatchScores, "__init__", recording)
+    monkeypatch.setattr(decoding.GroupScores, "__init__", recording)
     with one_torch_thread():
         outputs = run(coded_config(tmp_path, tickets, "dp_decoding", document="support ticket"),
                       embedder=HashEmbedder(), generator=RecordingGenerator())

@@ -84,8 +84,8 @@ class Recorder:
 
 
 def _copy(values):
-    if isinstance(values, m.ScoreSequence) or hasattr(values, "fresh"):  # DP decoding's
-        return values  # sources: scored again along D's tokens, in assert_within_sensitivity
+    if isinstance(values, m.GroupedSequences):  # DP decoding's sources: scored again
+        return values  # along D's tokens, in assert_within_sensitivity
     if isinstance(values, m.Votes):
         return m.Votes(np.array(values.targets), values.n_bins)
     if isinstance(values, list):
@@ -100,21 +100,24 @@ def assert_within_sensitivity(d: Seen, d2: Seen, answer: Any = None) -> None:
     where = f"stage '{d.stage}' ({mech.kind})"
     if isinstance(mech, m.DisjointSequences):  # DP decoding: scores along D's tokens
         assert len(a) == len(b) == len(answer), f"{where}: the number of texts moved"
-        moved = 0
-        for i, tokens in enumerate(answer):
-            x, y = a.fresh(i), b.fresh(i)
-            text_moved = False
-            for t in range(len(tokens) + 1):
-                sx, sy = x.next_scores(tokens[:t]), y.next_scores(tokens[:t])
-                if sx is None or sy is None:
-                    assert sx is None and sy is None, f"{where}: the stop moved"
-                    break
-                assert np.array_equal(sx[0], sy[0]), f"{where}: the candidates moved"
-                diff = sy[1] - sx[1]
-                text_moved |= bool(np.any(diff != 0))
-                assert diff.max() - diff.min() <= mech.step.score_range + 1e-9, \
-                    f"{where}: scores moved over a range {diff.max() - diff.min()}"
-            moved += text_moved
+        assert list(a.groups(0)) == list(b.groups(0)), f"{where}: the groups moved"
+        moved_texts: set[int] = set()
+        for start, stop in a.groups(0):  # each group in lockstep, as it was drawn
+            x, y = a.together(start, stop), b.together(start, stop)
+            for t in range(mech.length + 1):
+                drawn = [tokens[:t] for tokens in answer[start:stop]]
+                for i, (sx, sy) in enumerate(zip(x.next_scores(drawn), y.next_scores(drawn),
+                                                 strict=True), start):
+                    if sx is None or sy is None:
+                        assert sx is None and sy is None, f"{where}: the stop moved"
+                        continue
+                    assert np.array_equal(sx[0], sy[0]), f"{where}: the candidates moved"
+                    diff = sy[1] - sx[1]
+                    if np.any(diff != 0):
+                        moved_texts.add(i)
+                    assert diff.max() - diff.min() <= mech.step.score_range + 1e-9, \
+                        f"{where}: scores moved over a range {diff.max() - diff.min()}"
+        moved = len(moved_texts)
         assert moved <= 1, f"{where}: one unit moved {moved} texts"
         TEXTS_MOVED.append(moved)
         return

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -423,12 +423,27 @@ class ExponentialSample(Mechanism):
 
 
 @runtime_checkable
-class ScoreSequence(Protocol):
-    """The scores of each next draw of a sequence, given the draws before it (adaptive):
-    `next_scores(drawn)` gives (candidate ids, their scores), or None when the sequence is
-    finished; `drawn` holds the candidate ids drawn so far."""
+class ScoreSequences(Protocol):
+    """The scores of the next draw of each of a group of sequences drawn in lockstep (one draw
+    each per round), given the draws so far: `next_scores(drawn)` gives, per sequence,
+    (candidate ids, their scores), or None where that sequence is finished; `drawn` holds each
+    sequence's candidate ids drawn so far."""
 
-    def next_scores(self, drawn: list[int]) -> tuple[np.ndarray, np.ndarray] | None: ...
+    def next_scores(self, drawn: Sequence[list[int]]
+                    ) -> list[tuple[np.ndarray, np.ndarray] | None]: ...
+
+
+@runtime_checkable
+class GroupedSequences(Protocol):
+    """Sequences to draw, in groups drawn in lockstep: `groups(start)` gives the (start, stop)
+    of each group from sequence `start` on, and `together(start, stop)` the group's
+    `ScoreSequences`."""
+
+    def __len__(self) -> int: ...
+
+    def groups(self, start: int) -> Iterable[tuple[int, int]]: ...
+
+    def together(self, start: int, stop: int) -> ScoreSequences: ...
 
 
 class ReleasedInParts(Mechanism):
@@ -453,14 +468,15 @@ class ReleasedInParts(Mechanism):
 
 @dataclass(frozen=True)
 class DisjointSequences(ReleasedInParts):
-    """Sequences of up to `length` adaptive `ExponentialSample` draws, one sequence per
-    `ScoreSequence`, the sequences computed from disjoint parts of the data (private
-    decoding: a text per disjoint batch of records, one draw per token).
+    """Sequences of up to `length` adaptive `ExponentialSample` draws, the sequences computed
+    from disjoint parts of the data (private decoding: a text per disjoint batch of records,
+    one draw per token), drawn group by group in lockstep (`GroupedSequences`).
 
     One unit is in one part, so it moves one sequence's scores only: the sequences compose
     in parallel, and the event is one sequence's, `length` draws composed adaptively (a
-    sequence that finishes early has made fewer; the charge is for `length`). Releases the
-    candidate ids drawn, one list per sequence."""
+    sequence that finishes early has made fewer; the charge is for `length`). Which
+    sequences share a round changes only the order the noise is drawn in. Releases the
+    candidate ids drawn, one list per sequence, each group's as it finishes."""
 
     step: ExponentialSample
     length: int
@@ -488,22 +504,26 @@ class DisjointSequences(ReleasedInParts):
     def noise_scale(self) -> float:
         return self.step.noise_scale
 
-    def _release_from(self, values: Sequence[ScoreSequence], noise: NoiseSource,
+    def _release_from(self, values: GroupedSequences, noise: NoiseSource,
                       done: list, on_part: Callable[[int, Any], None]) -> list[list[int]]:
         out = list(done)
-        for source in values[len(done):]:
-            out.append(self._sequence(source, noise))
-            on_part(len(out) - 1, out[-1])
+        for start, stop in values.groups(len(done)):
+            for sequence in self._lockstep(values.together(start, stop), stop - start, noise):
+                out.append(sequence)
+                on_part(len(out) - 1, sequence)
         return out
 
-    def _sequence(self, source: ScoreSequence, noise: NoiseSource) -> list[int]:
-        drawn: list[int] = []
-        while len(drawn) < self.length:
-            nxt = source.next_scores(drawn)
-            if nxt is None:
+    def _lockstep(self, group: ScoreSequences, size: int, noise: NoiseSource
+                  ) -> list[list[int]]:
+        drawn: list[list[int]] = [[] for _ in range(size)]
+        for _ in range(self.length):
+            scores = group.next_scores(drawn)
+            if all(s is None for s in scores):
                 break
-            ids, scores = nxt
-            drawn.append(int(np.asarray(ids)[self.step._release(scores, noise)]))
+            for sequence, nxt in zip(drawn, scores, strict=True):
+                if nxt is not None:
+                    ids, values = nxt
+                    sequence.append(int(np.asarray(ids)[self.step._release(values, noise)]))
         return drawn
 
 

@@ -32,7 +32,7 @@ token through the same fixed-shape passes, which costs time instead of memory.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,9 +62,11 @@ class DecodingSetup:
     forward_batch: int
     max_tokens: int
     cached_rows: int
-    """Rows of one batch whose KV caches are held between tokens; the chunks past them are
+    """Rows of one batch whose KV caches are held between tokens; the rows past them are
     replayed from their prompt at every token (the same passes, so the same numbers, bit for
     bit): a batch's size follows a noisy count, and its memory must not."""
+    texts_together: int = 1
+    """Texts decoded in lockstep, their rows sharing forward passes (public: the config's)."""
 
 
 @dataclass(frozen=True)
@@ -102,43 +104,60 @@ def record_batches(private: PrivateDataset, requests: Sequence[TextRequest],
     return out
 
 
-class BatchScores:
-    """The scores of each next token of one text (a `ScoreSequence`), from the public prompt
-    and the batch's records in the LM's context, with the KV caches between tokens."""
+class GroupScores:
+    """The scores of the next token of each text of a group decoded together (a
+    `ScoreSequences`): each text's public prompt and its batch's records in the LM's context.
+    The texts advance in lockstep, one token each per round, so their rows share forward
+    passes: the public rows one pass, the records' rows fixed-shape chunks of `forward_batch`
+    rows that may mix texts, each chunk with its KV caches between tokens."""
 
-    def __init__(self, lm: ContextLM, setup: DecodingSetup, request: TextRequest,
-                 examples: list[str]) -> None:
+    def __init__(self, lm: ContextLM, setup: DecodingSetup, requests: Sequence[TextRequest],
+                 batches: Sequence[list[str]]) -> None:
         import torch
 
         self._torch, self.lm, self.setup = torch, lm, setup
-        self._eos = lm.eos_id
-        before, after = lm.slotted(request.private_instruction)
-        width = len(before) + setup.max_example_tokens + len(after)  # public: one row length
-        # records whose rows are the same tokens (copies of a text, or texts cut to the same
-        # first max_example_tokens) have the same log-probabilities bit for bit (fixed-shape
-        # passes): each such row is run once and its clipped shift counted once per record,
-        # the same integer sum, while memory and passes follow the distinct rows, not how
-        # many records repeat one (copies all join one batch: their digest is one)
-        copies: dict[tuple[int, ...], int] = {}
-        for x in examples:
-            row = tuple(before + lm.encode(x, setup.max_example_tokens) + after)
-            copies[row] = copies.get(row, 0) + 1
-        rows, counts = [list(row) for row in copies], np.fromiter(copies.values(), np.int64,
-                                                                  len(copies))
-        public = lm.prompt(request.public_instruction)
-        filler = public[-width:]  # the padding rows of a chunk: public, masked out of sums
-        self._public = _State(self._forward(*self._padded([public], len(public)), None), 1)
+        self._eos, self._texts = lm.eos_id, len(requests)
+        slots = [lm.slotted(r.private_instruction) for r in requests]
+        # one public row length for the group's records: the longest prompt of its labels
+        width = max(len(before) + setup.max_example_tokens + len(after)
+                    for before, after in slots)
+        held: list[tuple[list[int], int, int]] = []  # (row, text, records it stands for)
+        replayed: list[tuple[list[int], int, int]] = []
+        for text, ((before, after), examples) in enumerate(zip(slots, batches, strict=True)):
+            # records whose rows are the same tokens (copies of a text, or texts cut to the
+            # same first max_example_tokens) have the same log-probabilities bit for bit
+            # (fixed-shape passes): each such row is run once and its clipped shift counted
+            # once per record, the same integer sum, while memory and passes follow the
+            # distinct rows, not how many records repeat one (copies all join one batch)
+            copies: dict[tuple[int, ...], int] = {}
+            for x in examples:
+                row = tuple(before + lm.encode(x, setup.max_example_tokens) + after)
+                copies[row] = copies.get(row, 0) + 1
+            rows = [(list(row), text, n) for row, n in copies.items()]
+            # a text's first cached_rows rows hold KV caches; the rest (its label's noisy
+            # count fell far under the true one) are replayed: memory stays bounded
+            held += rows[: setup.cached_rows]
+            replayed += rows[setup.cached_rows :]
+        publics = [lm.prompt(r.public_instruction) for r in requests]
+        # one pass of texts_together rows (filled with a public row): a text's public
+        # log-probabilities are the same bits whichever texts it is decoded with
+        fill = [publics[0]] * (setup.texts_together - len(publics))
+        self._public = self._forward(*self._padded(publics + fill, max(map(len, publics))),
+                                     None)
+        filler = publics[0][-width:]  # the padding rows of a chunk: public, masked out of sums
         self._chunks: list[_State | _Replay] = []
         f = setup.forward_batch
-        cached = max(1, setup.cached_rows // f)  # chunks whose KV caches are held
-        for start in range(0, len(rows), f):
-            part = rows[start : start + f]
-            real = len(part)
-            padded = self._padded(part + [filler] * (f - real), width)
-            chunk = (_State(self._forward(*padded, None), real, counts[start : start + f])
-                     if len(self._chunks) < cached
-                     else _Replay(padded, real, counts[start : start + f]))
-            self._chunks.append(chunk)
+        for rows, keep in ((held, True), (replayed, False)):
+            for start in range(0, len(rows), f):
+                part = rows[start : start + f]
+                padded = self._padded([r for r, _, _ in part] + [filler] * (f - len(part)),
+                                      width)
+                owners = np.array([t for _, t, _ in part], dtype=np.int64)
+                counts = np.array([n for _, _, n in part], dtype=np.int64)
+                self._chunks.append(_State(self._forward(*padded, None), owners, counts)
+                                    if keep else _Replay(padded, owners, counts))
+        self._rounds = 0
+        self._fed: list[np.ndarray] = []  # the token each text's rows took at each round
         self._clip = int(np.floor(setup.clip / GRID))
 
     def _padded(self, rows: list[list[int]], width: int):
@@ -159,55 +178,81 @@ class BatchScores:
         logp = torch.log_softmax(out.logits[:, -1].double(), dim=-1).numpy()
         return logp, mask, out.past_key_values
 
-    def _advance(self, value, token: int):
+    def _advance(self, value, tokens: np.ndarray):
+        """One pass of one token a row (`tokens`, a row each)."""
         torch = self._torch
         _, mask, cache = value
-        n = mask.shape[0]
-        mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype)], dim=1)
-        return self._forward(torch.full((n, 1), token, dtype=torch.long), mask, cache)
+        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype)], dim=1)
+        return self._forward(torch.as_tensor(tokens, dtype=torch.long)[:, None], mask, cache)
 
-    def _replayed(self, chunk: _Replay, drawn: list[int]) -> np.ndarray:
-        """A chunk's log-probabilities after `drawn`, by the passes a held cache would have
-        taken: its prompt's, then one per token."""
+    def _row_tokens(self, state: _State | _Replay, fed: np.ndarray) -> np.ndarray:
+        """Each row's token of a round: its text's; the filler rows take the pad token."""
+        out = np.full(self.setup.forward_batch, self.lm.pad_id, dtype=np.int64)
+        out[: state.owners.size] = fed[state.owners]
+        return out
+
+    def _replayed(self, chunk: _Replay) -> np.ndarray:
+        """A chunk's log-probabilities after the rounds so far, by the passes a held cache
+        would have taken: its prompt's, then one per round."""
         value = self._forward(*chunk.padded, None)
-        for token in drawn:
-            value = self._advance(value, token)
+        for fed in self._fed:
+            value = self._advance(value, self._row_tokens(chunk, fed))
         return value[0]
 
-    def next_scores(self, drawn: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
-        if drawn:
-            if drawn[-1] == self._eos:
-                return None
-            for state in (self._public, *self._chunks):
+    def next_scores(self, drawn: Sequence[list[int]]
+                    ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Each text's (candidates, scores) for its next token, or None where it is finished
+        (its last token ended the turn, or it was not drawn last round)."""
+        rounds, self._rounds = self._rounds, self._rounds + 1
+        if len(drawn) != self._texts:
+            raise ValueError(f"one token list per text of the group: {self._texts} expected")
+        live = [len(d) == rounds and not (d and d[-1] == self._eos) for d in drawn]
+        if rounds:
+            # a text that stopped keeps its rows in the passes, fed the pad token
+            fed = np.array([d[-1] if len(d) == rounds else self.lm.pad_id for d in drawn],
+                           dtype=np.int64)
+            self._fed.append(fed)
+            filler = np.full(self._public[1].shape[0] - fed.size, self.lm.pad_id)
+            self._public = self._advance(self._public, np.concatenate([fed, filler]))
+            for state in self._chunks:
                 if isinstance(state, _State):
-                    state.value = self._advance(state.value, drawn[-1])
-        public = self._public.value[0][0]
-        candidates = top_k_plus(public, self.setup.top_k, self.setup.clip)
-        total = np.zeros(candidates.size, dtype=np.int64)
+                    state.value = self._advance(state.value, self._row_tokens(state, fed))
+        public = self._public[0]
+        candidates = [top_k_plus(public[t], self.setup.top_k, self.setup.clip)
+                      if live[t] else None for t in range(self._texts)]
+        totals = [np.zeros(c.size, dtype=np.int64) if c is not None else None
+                  for c in candidates]
         for state in self._chunks:
-            logp = (state.value[0] if isinstance(state, _State)
-                    else self._replayed(state, drawn))[: state.real, candidates]
-            # a NaN shift (a record whose forward overflowed) counts as no shift, and ±inf
-            # as ±C: data-independent rules, before the clip
-            diff = np.nan_to_num(logp - public[candidates], nan=0.0, posinf=self.setup.clip,
-                                 neginf=-self.setup.clip)
-            shift = np.clip(np.rint(diff / GRID), -self._clip, self._clip).astype(np.int64)
-            total += (shift * state.copies[:, None]).sum(axis=0)
-        return candidates, public[candidates] + total * GRID / self.setup.batch_size
+            if not any(live[t] for t in state.owners):
+                continue  # a held chunk still advanced above; a replayed one waits
+            logp = state.value[0] if isinstance(state, _State) else self._replayed(state)
+            for t in np.unique(state.owners):
+                if candidates[t] is None:
+                    continue
+                rows = np.flatnonzero(state.owners == t)
+                # a NaN shift (a record whose forward overflowed) counts as no shift, and
+                # ±inf as ±C: data-independent rules, before the clip
+                diff = np.nan_to_num(logp[np.ix_(rows, candidates[t])] - public[t, candidates[t]],
+                                     nan=0.0, posinf=self.setup.clip, neginf=-self.setup.clip)
+                shift = np.clip(np.rint(diff / GRID), -self._clip, self._clip).astype(np.int64)
+                totals[t] += (shift * state.copies[rows, None]).sum(axis=0)
+        return [None if c is None else
+                (c, public[t, c] + totals[t] * GRID / self.setup.batch_size)
+                for t, c in enumerate(candidates)]
 
 
 class _State:
-    def __init__(self, value, real: int, copies: np.ndarray | None = None) -> None:
-        self.value, self.real = value, real
-        # how many of the batch's records each of the `real` rows stands for
-        self.copies = np.ones(real, dtype=np.int64) if copies is None else copies
+    def __init__(self, value, owners: np.ndarray, copies: np.ndarray) -> None:
+        # each real row's text, and how many of that text's records the row stands for
+        self.value, self.owners, self.copies = value, owners, copies
 
 
 class _Replay:
-    """A chunk past `cached_rows`: its padded prompt rows only, no KV cache."""
+    """A chunk of rows past their texts' `cached_rows`: its padded prompt rows only, no KV
+    cache."""
 
-    def __init__(self, padded, real: int, copies: np.ndarray) -> None:
-        self.padded, self.real, self.copies = padded, real, copies
+    def __init__(self, padded, owners: np.ndarray, copies: np.ndarray) -> None:
+        self.padded, self.owners, self.copies = padded, owners, copies
 
 
 def top_k_plus(public_logp: np.ndarray, k: int, clip: float) -> np.ndarray:
@@ -259,9 +304,10 @@ def layout(private: PrivateDataset, requests: Sequence[TextRequest], buckets: Se
 
 
 class _LazySources(Sequence):
-    """One `BatchScores` per request, built when the mechanism reaches it, so one text's
-    KV caches are held at a time; a slice is the requests still to decode (a resumed release
-    continues after the texts its journal holds, building none of them)."""
+    """The texts' batches, each group of `together` texts' `GroupScores` built when the
+    mechanism reaches it, so one group's KV caches are held at a time; a slice is the
+    requests still to decode (a resumed release continues after the texts its journal holds,
+    building none of them)."""
 
     def __init__(self, lm, setup, requests, batches) -> None:
         self._args = lm, setup
@@ -273,13 +319,16 @@ class _LazySources(Sequence):
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return _LazySources(*self._args, self._requests[i], self._batches[i])
-        return self.fresh(i)
+        return self.together(i, i + 1)
 
-    def fresh(self, i: int) -> BatchScores:
-        """Text i's scores from its first token (each call a new sequence)."""
+    def together(self, start: int, stop: int) -> GroupScores:
+        """Texts start..stop−1's scores from their first token (each call new sequences)."""
         lm, setup = self._args
-        return BatchScores(lm, setup, self._requests[i], self._batches[i])
+        return GroupScores(lm, setup, self._requests[start:stop], self._batches[start:stop])
 
-    def __iter__(self):
-        for i in track(range(len(self)), "DP decoding", log_progress=True):
-            yield self[i]
+    def groups(self, start: int) -> Iterator[tuple[int, int]]:
+        """(start, stop) of each group of `together` texts from `start` on, with progress."""
+        size = self._args[1].texts_together
+        bounds = [(a, min(a + size, len(self))) for a in range(start, len(self), size)]
+        yield from track(bounds, "DP decoding", log_progress=True,
+                         cost=lambda bound: bound[1] - bound[0])
