@@ -12,6 +12,10 @@ seeded noise, SmolLM2-135M-Instruct in precision P on `torch.get_num_threads()` 
 noise is drawn in another order when G differs, so the texts differ; the cost is compared
 per drawn token. Prints the load before and after; the ratios are the point, measured in one
 run, not the absolute seconds.
+
+`--agreement N` prints instead how far bfloat16 moves each token's law from float32's: the
+total variation between softmax(u) of the two precisions, along paths sampled from float32's
+law, for the first N requests (clip 1, `max-tokens` tokens each).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import argparse
 import os
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +38,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--max-example-tokens", type=int, default=64)
+    parser.add_argument("--agreement", type=int, default=0)
     parser.add_argument("--settings", default="1x16:float32,8x64:float32,8x64:bfloat16",
                         help="comma-separated GxF:P: G texts together, F rows a pass, "
                         "precision P")
@@ -72,6 +79,15 @@ def main() -> None:
         start = (i // len(labels)) * args.batch_size
         batches.append(pool[start : start + args.batch_size])
     clip = 1.0
+    if args.agreement:
+        setup = DecodingSetup(args.batch_size, clip, 50, args.max_example_tokens, 64,
+                              args.max_tokens, 256, 1)
+        gaps = agreement(at_precision(lm, "float32"), at_precision(lm, "bfloat16"), setup,
+                         requests[: args.agreement], batches[: args.agreement])
+        print(f"total variation between float32's and bfloat16's law of a token, over "
+              f"{gaps.size} tokens of {args.agreement} texts: mean {gaps.mean():.3f}, median "
+              f"{np.median(gaps):.3f}, max {gaps.max():.3f}", flush=True)
+        return
     step = ExponentialSample(1.0, 2 * clip / args.batch_size)
     first = None
     for setting in args.settings.split(","):
@@ -93,6 +109,29 @@ def main() -> None:
               f"{1000 * per_token:6.1f} ms a token; speed-up per token {first / per_token:.2f}×",
               flush=True)
     print(f"load after {os.getloadavg()}", flush=True)
+
+
+def agreement(lm, other, setup, requests, batches) -> np.ndarray:
+    """Per token, the total variation between the laws softmax(u) the two LMs give, along
+    paths drawn from the first LM's law (seeded)."""
+    from dpsynth.private.releases.decoding import GroupScores
+
+    rng, gaps = np.random.default_rng(0), []
+    for request, batch in zip(requests, batches, strict=True):
+        a, b = (GroupScores(x, setup, [request], [batch]) for x in (lm, other))
+        drawn: list[int] = []
+        for _ in range(setup.max_tokens):
+            (ids, u), (ids2, u2) = a.next_scores([drawn])[0], b.next_scores([drawn])[0]
+            union = np.union1d(ids, ids2)
+            laws = []
+            for i, v in ((ids, u), (ids2, u2)):
+                full = np.full(union.size, -np.inf)
+                full[np.searchsorted(union, i)] = v
+                z = np.exp(full - full.max())
+                laws.append(z / z.sum())
+            gaps.append(0.5 * np.abs(laws[0] - laws[1]).sum())
+            drawn.append(int(union[rng.choice(union.size, p=laws[0])]))
+    return np.array(gaps)
 
 
 if __name__ == "__main__":
