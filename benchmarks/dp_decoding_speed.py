@@ -56,7 +56,6 @@ def main() -> None:
         SYSTEM,
         UNDESCRIBED,
         _fill,
-        at_precision,
     )
     from dpsynth.privacy.mechanisms import DisjointSequences, ExponentialSample
     from dpsynth.privacy.noise import NoiseSource
@@ -82,7 +81,7 @@ def main() -> None:
     if args.agreement:
         setup = DecodingSetup(args.batch_size, clip, 50, args.max_example_tokens, 64,
                               args.max_tokens, 256, 1)
-        gaps = agreement(at_precision(lm, "float32"), at_precision(lm, "bfloat16"), setup,
+        gaps = agreement(lm.at_precision("float32"), lm.at_precision("bfloat16"), setup,
                          requests[: args.agreement], batches[: args.agreement])
         print(f"total variation between float32's and bfloat16's law of a token, over "
               f"{gaps.size} tokens of {args.agreement} texts: mean {gaps.mean():.3f}, median "
@@ -96,7 +95,7 @@ def main() -> None:
         setup = DecodingSetup(args.batch_size, clip, 50, args.max_example_tokens, forward,
                               args.max_tokens, 256, together)
         mechanism = DisjointSequences(step, args.max_tokens, "benchmark")
-        sources = _LazySources(at_precision(lm, precision), setup, requests, batches)
+        sources = _LazySources(lm.at_precision(precision), setup, requests, batches)
         started = time.perf_counter()
         drawn = mechanism._release(sources, NoiseSource(0))
         wall = time.perf_counter() - started

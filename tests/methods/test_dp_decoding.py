@@ -160,10 +160,9 @@ def _private_logp(scores: OneText) -> list[np.ndarray]:
 def test_a_records_distribution_does_not_depend_on_its_companions(precision):
     """Fixed-shape forward passes: a record's log-probabilities are bit for bit the same
     whatever records share its chunk (longer, shorter, none), in either precision."""
-    from dpsynth.methods.dp_decoding import at_precision
     from tests.methods.fakes import tiny_context_lm
 
-    lm = at_precision(tiny_context_lm(), precision)
+    lm = tiny_context_lm().at_precision(precision)
     texts = ticket_texts(12)[0]
     target = "refund invoice charge card fee"
     alone = _private_logp(OneText(lm, _setup(), REQUEST, [target]))[0]

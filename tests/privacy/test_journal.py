@@ -219,13 +219,37 @@ class _Sequence:
         return np.arange(4), np.array([self.offset, len(drawn), 0.5, -1.0])
 
 
+class _Texts:
+    """`_Sequence`s drawn `size` at a time in lockstep (a `GroupedSequences`)."""
+
+    def __init__(self, sequences, size: int = 1) -> None:
+        self.sequences, self.size = list(sequences), size
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def groups(self, start):
+        return [(a, min(a + self.size, len(self))) for a in range(start, len(self), self.size)]
+
+    def together(self, start, stop):
+        return _Together(self.sequences[start:stop])
+
+
+class _Together:
+    def __init__(self, sequences) -> None:
+        self.sequences = sequences
+
+    def next_scores(self, drawn):
+        return [s.next_scores(d) for s, d in zip(self.sequences, drawn, strict=True)]
+
+
 class _Killed(Exception):
     pass
 
 
-def _decode(ledger, noise, sources, layout="one"):
+def _decode(ledger, noise, sources, layout="one", size=1):
     return ledger.release("decoding", DisjointSequences(ExponentialSample(1.0, 0.5), 3, layout),
-                          sources, noise)
+                          _Texts(sources, size), noise)
 
 
 def _killed_after(parts: int, path):
@@ -261,6 +285,28 @@ def test_a_release_in_parts_resumes_after_the_parts_written_down(tmp_path, writt
     assert len(restarted.charges) == 1
     again = _journaled_ledger(path)[0].releases
     assert len(again) == 1 and again[0].output == uninterrupted  # the whole answer now
+
+
+@pytest.mark.parametrize("written", [1, 2, 3])
+def test_a_release_drawn_in_groups_resumes_after_the_parts_written_down(tmp_path, written):
+    """Texts drawn two at a time are journaled as their group ends, in order: a run killed
+    after part 1 or 2 keeps those, builds and draws only the texts after them, from the noise
+    stream past the last part written (so a text of a group cut in half is drawn again with
+    fresh noise: nothing of it had left the process); one charge for all."""
+    sources = [_Sequence(float(i)) for i in range(5)]
+    path = tmp_path / "releases.jsonl"
+    with pytest.raises(_Killed):
+        _decode(_killed_after(written, path), NoiseSource(seed=3), sources, size=2)
+    journal, restarted = _journaled_ledger(path)
+    kept = [value for value, _ in journal.releases[0].parts]
+    assert len(kept) == written
+    restarted.replay(journal.releases)
+    _Sequence.asked = 0
+    resumed = _decode(restarted, NoiseSource(seed=3), sources, size=2)
+    assert resumed[:written] == kept and len(resumed) == 5
+    assert all(len(text) == 3 for text in resumed)
+    assert _Sequence.asked == 3 * (5 - written)  # 3 draws for each text left, none before
+    assert len(restarted.charges) == 1
 
 
 def test_an_unseeded_release_in_parts_keeps_its_written_parts_and_draws_the_rest_fresh(

@@ -29,7 +29,6 @@ import dataclasses
 import logging
 import re
 import unicodedata
-from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -189,7 +188,8 @@ class DpDecoding(Recipe):
                               "backends.generator is remote")
         lm = dataclasses.replace(ctx.generator.context_lm(), system=self.params.system)
         self._check_lm(ctx, lm)  # config-only refusals, before the first release
-        lm = at_precision(lm, self.params.precision)
+        lm = lm.at_precision(self.params.precision)
+        log.info("dp_decoding: the LM decodes in %s", lm.precision)
         if ctx.resumed is not None and "texts" in ctx.resumed[1]:
             return self._output(ctx, ctx.resumed[1])
         state = ctx.resumed[1] if ctx.resumed is not None else self._labels(ctx)
@@ -211,7 +211,7 @@ class DpDecoding(Recipe):
         ctx.report({"texts_decoded": len(texts), "ended_before_max_tokens": ended,
                     "ending_mid_sentence": sum(not SENTENCE_END.search(x) for x in texts),
                     "synthetic": len(out_texts), "clip": setup.clip,
-                    "precision": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+                    "precision": lm.precision,
                     "tokens": int(sum(len(ids) for ids in drawn)),
                     "epsilon_spent": ctx.private.spent()})
         ctx.save(1, state)
@@ -295,32 +295,6 @@ class DpDecoding(Recipe):
                                                         strict=True)):
             requests += [TextRequest(g, j, public, private) for j in range(int(n))]
         return requests, buckets
-
-
-def at_precision(lm, precision: str):
-    """`lm` with its model in `precision` (auto: bfloat16 where the CPU multiplies it
-    natively), a copy when that changes its dtype: the generator's own model, which other
-    runs of the process may use, stays as it was."""
-    import copy
-
-    import torch
-
-    if precision == "auto":
-        precision = "bfloat16" if native_bfloat16() else "float32"
-    dtype = getattr(torch, precision)
-    if next(lm.model.parameters()).dtype == dtype:
-        return lm
-    log.info("dp_decoding: the LM decodes in %s", precision)
-    return dataclasses.replace(lm, model=copy.deepcopy(lm.model).to(dtype))
-
-
-def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AMX or AVX512-BF16, from its flags)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return re.search(r"\b(amx_bf16|avx512_bf16)\b", flags) is not None
 
 
 def tidy(text: str) -> str:

@@ -9,8 +9,9 @@ fixed number of tokens, so every context has one public length.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ SLOT = "\u2063EXAMPLE\u2063"
 holds it)."""
 
 
-@dataclass
+@dataclasses.dataclass
 class ContextLM:
     """A tokenizer and a torch causal LM (`model(input_ids, attention_mask, position_ids,
     past_key_values, use_cache)` → logits), with the chat template when it has one."""
@@ -85,6 +86,26 @@ class ContextLM:
         """Token ids of the rendered prompt (no slot)."""
         return self.encode(self.render(instruction))
 
+    def at_precision(self, precision: str) -> ContextLM:
+        """This LM with its model in `precision` (auto: bfloat16 where the CPU multiplies it
+        natively, float32 elsewhere), a copy when that changes its dtype: the generator's own
+        model, which other runs of the process may use, stays as it was."""
+        import copy
+
+        import torch
+
+        if precision == "auto":
+            precision = "bfloat16" if native_bfloat16() else "float32"
+        dtype = getattr(torch, precision)
+        if next(self.model.parameters()).dtype == dtype:
+            return self
+        return dataclasses.replace(self, model=copy.deepcopy(self.model).to(dtype))
+
+    @property
+    def precision(self) -> str:
+        """The model's dtype, as `at_precision` names it."""
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
     def finish(self, instruction: str, ids: list[int], max_new_tokens: int, top_k: int,
                temperature: float, rng: np.random.Generator) -> list[int]:
         """`ids`, the start of a reply to `instruction`, continued by sampling the LM's own
@@ -110,6 +131,17 @@ class ContextLM:
                 break
             step = torch.tensor([[token]], dtype=torch.long)
         return out
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AMX or AVX512-BF16, from its flags):
+    there bfloat16 passes take about a third of float32's, elsewhere they are emulated and
+    slower."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return re.search(r"\b(amx_bf16|avx512_bf16)\b", flags) is not None
 
 
 def hf_context_lm(folder: Any, name: str, model: Any = None) -> ContextLM:
