@@ -27,6 +27,7 @@ from dpsynth.private.releases.decoding import (
     GroupScores,
     TextRequest,
     record_batches,
+    row_widths,
 )
 from dpsynth.private.releases.decoding import batch_of as decoding_batch_of
 from dpsynth.run import run
@@ -143,8 +144,8 @@ REQUEST = TextRequest(0, 0, "write a new text about billing",
 class OneText:
     """One text's scores through `GroupScores`: a group of one."""
 
-    def __init__(self, lm, setup, request, batch) -> None:
-        self.group = GroupScores(lm, setup, [request], [batch])
+    def __init__(self, lm, setup, request, batch, widths=None) -> None:
+        self.group = GroupScores(lm, setup, [request], [batch], widths)
         self._chunks = self.group._chunks
 
     def next_scores(self, drawn: list[int]):
@@ -159,17 +160,21 @@ def _private_logp(scores: OneText) -> list[np.ndarray]:
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_a_records_distribution_does_not_depend_on_its_companions(precision):
     """Fixed-shape forward passes: a record's log-probabilities are bit for bit the same
-    whatever records share its chunk (longer, shorter, none), in either precision."""
+    whatever records share its chunk (longer, shorter, none; a chunk of rows all cut at
+    max_example_tokens too), in either precision."""
     from tests.methods.fakes import tiny_context_lm
 
     lm = tiny_context_lm().at_precision(precision)
     texts = ticket_texts(12)[0]
-    target = "refund invoice charge card fee"
-    alone = _private_logp(OneText(lm, _setup(), REQUEST, [target]))[0]
-    for companions in ([texts[3]], texts[4:6], [texts[7] * 5, texts[8]]):
-        for at in range(len(companions) + 1):
-            batch = [*companions[:at], target, *companions[at:]]
-            assert np.array_equal(_private_logp(OneText(lm, _setup(), REQUEST,
+    for target, groups in (
+            ("refund invoice charge card fee",
+             ([texts[3]], texts[4:6], [texts[7] * 5, texts[8]])),
+            (texts[9] * 5, ([texts[7] * 5, texts[8] * 5], [texts[2]]))):
+        alone = _private_logp(OneText(lm, _setup(), REQUEST, [target]))[0]
+        for companions in groups:
+            for at in range(len(companions) + 1):
+                batch = [*companions[:at], target, *companions[at:]]
+                assert np.array_equal(_private_logp(OneText(lm, _setup(), REQUEST,
                                                             batch))[at], alone)
 
 
@@ -195,18 +200,27 @@ def test_a_batch_past_cached_rows_is_replayed_to_the_same_scores_bit_for_bit(cac
 @pytest.mark.parametrize("cached_rows", [256, 2])  # every row held; most rows replayed
 def test_a_text_decoded_with_others_scores_as_it_would_alone_bit_for_bit(cached_rows):
     """Texts decoded together share forward passes (their rows mixed in fixed-shape chunks,
-    their public rows in one pass): each text's scores are bit for bit those it gets decoded
-    alone, while another text of the group has stopped (its rows fed the pad token) and
-    whether its rows hold KV caches or are replayed."""
+    their public rows in one pass, all at the row lengths of the run's prompts): each text's
+    scores are bit for bit those it gets decoded alone, with texts of another label beside it,
+    while another text of the group has stopped (its rows fed the pad token, then dropped),
+    and whether its rows hold KV caches or are replayed."""
     from tests.methods.fakes import tiny_context_lm
 
-    lm, setup = tiny_context_lm(), _setup(cached_rows=cached_rows, texts_together=3)
+    lm, setup = tiny_context_lm(), _setup(cached_rows=cached_rows, texts_together=4)
     texts = ticket_texts(20)[0]
-    batches = [texts[:5], texts[5:7], texts[7:14]]
-    group = GroupScores(lm, setup, [REQUEST] * 3, batches)
-    alone = [OneText(lm, setup, REQUEST, b) for b in batches]
-    assert len(group._chunks) < sum(len(a._chunks) for a in alone)  # passes are shared
-    drawn: list[list[int]] = [[], [], []]
+    batches = [texts[:3], texts[3:6], texts[7:9], texts[10:13]]
+    other = TextRequest(1, 0, "write a new text about a password reset of an account",
+                        f"here is a text about logins {SLOT} now write a longer new text "
+                        "about a password reset of an account")
+    requests = [REQUEST, other, REQUEST, other]
+    widths = row_widths(lm, setup, requests)
+    assert widths[0] > row_widths(lm, setup, [REQUEST])[0]  # the other label's is longer
+    group = GroupScores(lm, setup, requests, batches, widths)
+    alone = [OneText(lm, setup, r, b, widths) for r, b in zip(requests, batches, strict=True)]
+    # the public rows share one pass, and texts 2 and 3 share a chunk
+    assert len(group._chunks) + 1 < sum(len(a._chunks) + 1 for a in alone)
+    assert any(len(set(c.owners)) > 1 for c in group._chunks)
+    drawn: list[list[int]] = [[], [], [], []]
     for round_ in range(setup.max_tokens):
         together = group.next_scores(drawn)
         for text, (scores, one) in enumerate(zip(together, alone, strict=True)):
@@ -221,6 +235,8 @@ def test_a_text_decoded_with_others_scores_as_it_would_alone_bit_for_bit(cached_
             drawn[text].append(lm.eos_id if (text, round_) == (1, 2)
                                else int(scores[0][np.argmax(scores[1])]))
     assert len(drawn[1]) == 3 and len(drawn[0]) == setup.max_tokens
+    if cached_rows == 256:  # the chunk of text 1's rows alone was dropped once it stopped
+        assert [c.value is None for c in group._chunks] == [False, True, False, False]
 
 
 def test_one_record_more_moves_every_token_score_within_an_interval_of_2c_over_b():

@@ -94,10 +94,11 @@ class DpDecodingParams(BaseModel):
     forward_batch: int = Field(64, ge=1, description="rows per forward pass, which may mix the "
                                "batches of texts decoded together (fixed shape: a record's "
                                "distribution must not depend on its companions)")
-    cached_rows: int = Field(256, ge=1, description="rows of one batch whose KV caches are "
-                             "held between tokens; a batch past them (its label's noisy count "
-                             "fell far under the true one) replays its other rows at each "
-                             "token: the same scores, slower, within bounded memory")
+    cached_rows: int = Field(256, ge=1, description="rows of the texts decoded together "
+                             "whose KV caches are held between tokens; batches past them (a "
+                             "label's noisy count fell far under the true one) replay their "
+                             "other rows at each token: the same scores, slower, within "
+                             "bounded memory")
     label_fraction: float = Field(0.05, gt=0, lt=1, description="budget share of a DP label "
                                   "histogram (one DP record count without labels) allocating "
                                   "texts to labels and sizing each label's batches to about B "

@@ -62,9 +62,9 @@ class DecodingSetup:
     forward_batch: int
     max_tokens: int
     cached_rows: int
-    """Rows of one batch whose KV caches are held between tokens; the rows past them are
-    replayed from their prompt at every token (the same passes, so the same numbers, bit for
-    bit): a batch's size follows a noisy count, and its memory must not."""
+    """Rows of a group of texts whose KV caches are held between tokens; the rows past them
+    are replayed from their prompt at every token (the same passes, so the same numbers, bit
+    for bit): a batch's size follows a noisy count, and its memory must not."""
     texts_together: int = 1
     """Texts decoded in lockstep, their rows sharing forward passes (public: the config's)."""
 
@@ -112,15 +112,13 @@ class GroupScores:
     rows that may mix texts, each chunk with its KV caches between tokens."""
 
     def __init__(self, lm: ContextLM, setup: DecodingSetup, requests: Sequence[TextRequest],
-                 batches: Sequence[list[str]]) -> None:
+                 batches: Sequence[list[str]], widths: tuple[int, int] | None = None) -> None:
         import torch
 
         self._torch, self.lm, self.setup = torch, lm, setup
         self._eos, self._texts = lm.eos_id, len(requests)
         slots = [lm.slotted(r.private_instruction) for r in requests]
-        # one public row length for the group's records: the longest prompt of its labels
-        width = max(len(before) + setup.max_example_tokens + len(after)
-                    for before, after in slots)
+        width, public_width = widths or row_widths(lm, setup, requests)
         held: list[tuple[list[int], int, int]] = []  # (row, text, records it stands for)
         replayed: list[tuple[list[int], int, int]] = []
         for text, ((before, after), examples) in enumerate(zip(slots, batches, strict=True)):
@@ -134,16 +132,16 @@ class GroupScores:
                 row = tuple(before + lm.encode(x, setup.max_example_tokens) + after)
                 copies[row] = copies.get(row, 0) + 1
             rows = [(list(row), text, n) for row, n in copies.items()]
-            # a text's first cached_rows rows hold KV caches; the rest (its label's noisy
+            # the group's first cached_rows rows hold KV caches; the rest (a label's noisy
             # count fell far under the true one) are replayed: memory stays bounded
-            held += rows[: setup.cached_rows]
-            replayed += rows[setup.cached_rows :]
+            room = max(0, setup.cached_rows - len(held))
+            held += rows[:room]
+            replayed += rows[room:]
         publics = [lm.prompt(r.public_instruction) for r in requests]
         # one pass of texts_together rows (filled with a public row): a text's public
         # log-probabilities are the same bits whichever texts it is decoded with
         fill = [publics[0]] * (setup.texts_together - len(publics))
-        self._public = self._forward(*self._padded(publics + fill, max(map(len, publics))),
-                                     None)
+        self._public = self._forward(*self._padded(publics + fill, public_width), None)
         filler = publics[0][-width:]  # the padding rows of a chunk: public, masked out of sums
         self._chunks: list[_State | _Replay] = []
         f = setup.forward_batch
@@ -215,8 +213,10 @@ class GroupScores:
             filler = np.full(self._public[1].shape[0] - fed.size, self.lm.pad_id)
             self._public = self._advance(self._public, np.concatenate([fed, filler]))
             for state in self._chunks:
-                if isinstance(state, _State):
-                    state.value = self._advance(state.value, self._row_tokens(state, fed))
+                if isinstance(state, _State) and state.value is not None:
+                    # a chunk whose texts have all stopped is read no more: its caches go
+                    state.value = (self._advance(state.value, self._row_tokens(state, fed))
+                                   if any(live[t] for t in state.owners) else None)
         public = self._public[0]
         candidates = [top_k_plus(public[t], self.setup.top_k, self.setup.clip)
                       if live[t] else None for t in range(self._texts)]
@@ -253,6 +253,18 @@ class _Replay:
 
     def __init__(self, padded, owners: np.ndarray, copies: np.ndarray) -> None:
         self.padded, self.owners, self.copies = padded, owners, copies
+
+
+def row_widths(lm: ContextLM, setup: DecodingSetup, requests: Sequence[TextRequest]
+               ) -> tuple[int, int]:
+    """The one length of the records' rows and of the public rows, from the prompts of all
+    `requests` (public): the longest, plus one pad column, so that every pass is masked (a
+    pass of rows all at full length would take another attention path, and which rows share
+    a pass follows the batches' sizes)."""
+    private = max(len(before) + setup.max_example_tokens + len(after)
+                  for before, after in (lm.slotted(r.private_instruction) for r in requests))
+    public = max(len(lm.prompt(r.public_instruction)) for r in requests)
+    return private + 1, public + 1
 
 
 def top_k_plus(public_logp: np.ndarray, k: int, clip: float) -> np.ndarray:
@@ -303,28 +315,26 @@ def layout(private: PrivateDataset, requests: Sequence[TextRequest], buckets: Se
     return hashlib.blake2b(repr(facts).encode(), digest_size=16).hexdigest()
 
 
-class _LazySources(Sequence):
-    """The texts' batches, each group of `together` texts' `GroupScores` built when the
-    mechanism reaches it, so one group's KV caches are held at a time; a slice is the
-    requests still to decode (a resumed release continues after the texts its journal holds,
-    building none of them)."""
+class _LazySources:
+    """The texts' batches as a `GroupedSequences`: each group of `texts_together` texts'
+    `GroupScores` built when the mechanism reaches it, so one group's KV caches are held at a
+    time (a resumed release starts at the first text its journal lacks, building no batch
+    for the texts before it)."""
 
     def __init__(self, lm, setup, requests, batches) -> None:
         self._args = lm, setup
         self._requests, self._batches = list(requests), batches
+        # one row length for every text, whichever group it is decoded in
+        self._widths = row_widths(lm, setup, self._requests) if self._requests else (0, 0)
 
     def __len__(self) -> int:
         return len(self._requests)
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return _LazySources(*self._args, self._requests[i], self._batches[i])
-        return self.together(i, i + 1)
-
     def together(self, start: int, stop: int) -> GroupScores:
         """Texts start..stop−1's scores from their first token (each call new sequences)."""
         lm, setup = self._args
-        return GroupScores(lm, setup, self._requests[start:stop], self._batches[start:stop])
+        return GroupScores(lm, setup, self._requests[start:stop], self._batches[start:stop],
+                           self._widths)
 
     def groups(self, start: int) -> Iterator[tuple[int, int]]:
         """(start, stop) of each group of `together` texts from `start` on, with progress."""
