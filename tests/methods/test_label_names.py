@@ -56,10 +56,10 @@ def test_dp_decoding_prompts_its_lm_by_name_and_the_output_keeps_the_codes(
     prompts = []
     real = decoding.GroupScores.__init__
 
-    def recording(self, lm, setup, requests, batches):
+    def recording(self, lm, setup, requests, *rest):
         for request in requests:
             prompts.extend([request.public_instruction, request.private_instruction])
-        real(self, lm, setup, requests, batches)
+        real(self, lm, setup, requests, *rest)
 
     monkeypatch.setattr(decoding.GroupScores, "__init__", recording)
     with one_torch_thread():
