@@ -460,10 +460,10 @@ class ReleasedInParts(Mechanism):
         return self._release_from(values, noise, [], lambda index, part: None)
 
     @abstractmethod
-    def _release_from(self, values: Sequence, noise: NoiseSource, done: list,
+    def _release_from(self, values: Any, noise: NoiseSource, done: list,
                       on_part: Callable[[int, Any], None]) -> list:
-        """`done` followed by the parts of `values[len(done):]`, calling `on_part(index,
-        part)` as each is drawn."""
+        """`done` followed by the parts of `values` after the first `len(done)`, calling
+        `on_part(index, part)` as each is drawn."""
 
 
 @dataclass(frozen=True)
