@@ -242,8 +242,9 @@ class SmolLMConfig(PromptedConfig):
         "(CTranslate2 on int8 weights, SmoothQuant folded in) measured about 3x transformers' "
         "float32 generate at +1.0% held-out perplexity (ct2-int8 without smoothing: +3.5%); "
         "ct2-float32 keeps float32's perplexity (docs/backends.md#smollm)")
-    threads: int | None = Field(None, gt=0, description="CPU threads (default: the cores not "
-                                "busy when the generator is built)")
+    threads: int | None = Field(None, gt=0, description="CPU threads (default: "
+                                "OMP_NUM_THREADS where set, else the cores not busy when the "
+                                "generator is built)")
 
     def prompt_set(self) -> str:
         return self.prompts or "small"
