@@ -87,7 +87,7 @@ def write_table(frame: pd.DataFrame, path: str | Path, fmt: Format | None = None
 def _quoting(frame: pd.DataFrame) -> int:
     """Every field quoted when a text holds a lone carriage return, which pandas writes
     unquoted (a reader then splits the row there); the usual minimal quoting otherwise."""
-    texts = frame.select_dtypes(include="object")
+    texts = frame.select_dtypes(include=["object", "string"])
     lone_cr = texts.apply(lambda column: column.astype(str).str.contains("\r", regex=False))
     return csv.QUOTE_ALL if bool(lone_cr.to_numpy().any()) else csv.QUOTE_MINIMAL
 
